@@ -1,0 +1,7 @@
+"""``python -m streamwhisper``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,184 @@
+"""The ``streamwhisper`` command: transcribe | models | bench.
+
+The only place that configures logging and turns errors into one line on stderr and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .config import Config, load_config
+from .errors import StreamWhisperError
+
+log = logging.getLogger("streamwhisper")
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad flags in one line (exit 2), without the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"streamwhisper: error: {message} (see --help)\n")
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="TOML settings file (see config/streamwhisper.toml)")
+    p.add_argument("--model", help="model name, CTranslate2 directory or .pt file (default tiny.en)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N")
+    p.add_argument("--compute-type", help="default, float32, int8_logits, int8, float16, bfloat16")
+    p.add_argument("--threads", type=int, help="torch threads (0 = one per core)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="streamwhisper", description="Real-time streaming speech transcription with Whisper.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("transcribe", help="transcribe audio files offline")
+    t.add_argument("files", nargs="+", metavar="FILE")
+    _add_model_flags(t)
+    t.add_argument("--language", help="language code or name (default: detect; English-only models: en)")
+    t.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    t.add_argument("--beam-size", type=int, help="beam search width (default greedy)")
+    t.add_argument("--temperature-fallback", action=argparse.BooleanOptionalAction, default=True)
+    t.add_argument("--initial-prompt", help="text to condition the first window on")
+    t.add_argument("--condition-on-previous-text", action=argparse.BooleanOptionalAction, default=True)
+    t.add_argument("--word-timestamps", action="store_true", help="per-word start/end times")
+    t.add_argument("--format", choices=("txt", "srt", "vtt", "json"), default="txt")
+    t.add_argument("--output-dir", type=Path, help="write <name>.<format> files here instead of stdout")
+    t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a terminal)")
+
+    m = sub.add_parser("models", help="list known and installed models")
+    m.add_argument("--config", metavar="FILE", help=argparse.SUPPRESS)
+
+    from .bench import add_bench_parser
+
+    add_bench_parser(sub, _add_model_flags)
+    return parser
+
+
+def resolve_config(args: argparse.Namespace) -> Config:
+    overrides = {
+        "model": {
+            "name": getattr(args, "model", None),
+            "device": getattr(args, "device", None),
+            "compute_type": getattr(args, "compute_type", None),
+            "threads": getattr(args, "threads", None),
+        }
+    }
+    return load_config(getattr(args, "config", None), overrides=overrides)
+
+
+def load_configured_model(config: Config):  # type: ignore[no-untyped-def]
+    """Apply the thread setting and load the configured model."""
+    import torch
+
+    from .model.loading import load_model
+
+    if config.model.threads:
+        torch.set_num_threads(config.model.threads)
+    return load_model(
+        config.model.name, config.model.device, config.model.compute_type, config.model.download_root or None
+    )
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from .model.weights import DEFAULT_MODEL, available_models
+
+    for name, where in available_models():
+        marker = "*" if name == DEFAULT_MODEL else " "
+        print(f"{marker} {name:<16} {where}")
+    print("(* default)")
+    return 0
+
+
+def cmd_transcribe(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .audio.files import load_audio
+    from .model.decoding import DecodeOptions
+    from .model.transcribe import TranscribeOptions, Transcriber
+    from .outputs import to_json, to_srt, to_txt, to_vtt, write_result
+
+    config = resolve_config(args)
+    for f in args.files:  # fail before loading the model when a file is missing
+        if not Path(f).is_file():
+            raise StreamWhisperError(f"{f}: no such file")
+    if args.beam_size is not None and args.beam_size < 1:
+        raise StreamWhisperError("--beam-size must be at least 1")
+    model = load_configured_model(config)
+    transcriber = Transcriber(model)
+    options = TranscribeOptions(
+        decode=DecodeOptions(task=args.task, language=args.language, beam_size=args.beam_size),
+        initial_prompt=args.initial_prompt,
+        condition_on_previous_text=args.condition_on_previous_text,
+        word_timestamps=args.word_timestamps,
+    )
+    if not args.temperature_fallback:
+        options = replace(options, temperatures=(0.0,))
+    if args.language is not None:
+        transcriber.tokenizer(args.language, args.task)  # unknown language: a clean error now
+    show_progress = sys.stderr.isatty() if args.progress is None else args.progress
+    failures = 0
+    for f in args.files:
+        try:
+            audio = load_audio(f)
+        except StreamWhisperError as exc:
+            print(f"streamwhisper: error: {exc}", file=sys.stderr)
+            failures += 1
+            continue
+        result = _run_with_progress(transcriber, audio, options, show_progress and len(audio) > 30 * 16000, f)
+        if args.output_dir is not None:
+            args.output_dir.mkdir(parents=True, exist_ok=True)
+            path = write_result(result, args.output_dir, args.format, basename=Path(f).stem)
+            log.info("wrote %s", path)
+        else:
+            renderers = {"txt": to_txt, "srt": to_srt, "vtt": to_vtt}
+            text = to_json(result) if args.format == "json" else renderers[args.format](result.segments)
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_ERROR if failures else 0
+
+
+def _run_with_progress(transcriber, audio, options, show: bool, name: str):  # type: ignore[no-untyped-def]
+    if not show:
+        return transcriber.transcribe(audio, options)
+    from tqdm import tqdm
+
+    with tqdm(total=round(len(audio) / 16000, 1), unit="s", desc=Path(name).name, file=sys.stderr, leave=False) as bar:
+
+        def progress(done: float, total: float) -> None:
+            bar.n = round(min(done, total), 1)
+            bar.refresh()
+
+        return transcriber.transcribe(audio, options, progress)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    commands = {"transcribe": cmd_transcribe, "models": cmd_models}
+    from .bench import cmd_bench
+
+    commands["bench"] = cmd_bench
+    try:
+        return commands[args.command](args)
+    except StreamWhisperError as exc:
+        print(f"streamwhisper: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("streamwhisper: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

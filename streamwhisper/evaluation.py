@@ -1,0 +1,67 @@
+"""Scoring transcripts: the eval manifest, Whisper's English normaliser and word error rate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+import jiwer
+
+
+@dataclass(frozen=True)
+class Clip:
+    id: str
+    wav: Path
+    seconds: float
+    reference: str
+    license: str
+    category: str
+    lang: str
+
+
+def read_manifest(path: str | Path, categories: Iterable[str] | None = None) -> list[Clip]:
+    """Clips of a tab-separated manifest (no quoting: references may start with a quote)."""
+    path = Path(path)
+    wanted = set(categories) if categories else None
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    clips = []
+    for line in lines[1:]:
+        if not line.strip():
+            continue
+        row = dict(zip(header, line.split("\t")))
+        if wanted is not None and row["category"] not in wanted:
+            continue
+        clips.append(
+            Clip(row["id"], path.parent / row["wav"], float(row["seconds"]), row["reference"], row["license"], row["category"], row["lang"])
+        )
+    return clips
+
+
+@lru_cache(maxsize=1)
+def _normalizer():  # type: ignore[no-untyped-def]
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    return EnglishTextNormalizer()
+
+
+def normalize(text: str) -> str:
+    """Whisper's English text normaliser (spelling, numbers, punctuation, case)."""
+    return " ".join(_normalizer()(text).split())
+
+
+def word_error_rate(references: list[str], hypotheses: list[str]) -> float:
+    """Corpus WER after normalisation: total edits over total reference words."""
+    pairs = [(normalize(r), normalize(h)) for r, h in zip(references, hypotheses, strict=True)]
+    pairs = [(r, h) for r, h in pairs if r]
+    if not pairs:
+        return 0.0
+    out = jiwer.process_words([r for r, _ in pairs], [h for _, h in pairs])
+    edits = out.substitutions + out.deletions + out.insertions
+    return edits / sum(len(r.split()) for r, _ in pairs)
+
+
+def word_count(text: str) -> int:
+    return len(normalize(text).split())

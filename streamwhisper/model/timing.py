@@ -1,0 +1,168 @@
+"""Word timestamps from the alignment heads' cross-attention, aligned to the text by DTW.
+
+One decoder pass over ``sot-sequence <|notimestamps|> text <|endoftext|>`` records the
+cross-attention scores of the alignment heads; normalised, median-filtered and averaged, they form
+a token x audio-frame cost matrix whose cheapest monotonic path (dynamic time warping) gives each
+token the audio frames it attends to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..audio.mel import FRAMES_PER_SECOND
+from .kv_cache import KVCache
+from .tokenizer import Tokenizer
+from .whisper import Whisper
+
+TOKENS_PER_SECOND = FRAMES_PER_SECOND // 2  # audio tokens are 20 ms
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+SENTENCE_END_MARKS = ".。!！?？"
+
+
+@dataclass
+class WordTiming:
+    word: str
+    tokens: list[int]
+    start: float
+    end: float
+    probability: float
+
+
+def median_filter(x: Tensor, width: int) -> Tensor:
+    """Median over the last dimension with reflect padding (width odd)."""
+    pad = width // 2
+    if x.shape[-1] <= pad:
+        return x
+    padded = F.pad(x[None], (pad, pad, 0, 0), mode="reflect")[0]
+    return padded.unfold(-1, width, 1).sort()[0][..., pad]
+
+
+def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cheapest monotonic path through ``cost`` (N, M) -> (row indices, column indices).
+
+    Computed one anti-diagonal at a time (each depends only on the two before it), with the
+    reference's tie-breaking: diagonal, then up, then left.
+    """
+    n, m = cost.shape
+    acc = np.full((n + 1, m + 1), np.inf, dtype=np.float64)
+    trace = np.full((n + 1, m + 1), -1, dtype=np.int8)
+    acc[0, 0] = 0.0
+    for d in range(2, n + m + 1):
+        i = np.arange(max(1, d - m), min(n, d - 1) + 1)
+        j = d - i
+        c0, c1, c2 = acc[i - 1, j - 1], acc[i - 1, j], acc[i, j - 1]
+        choice = np.where((c0 < c1) & (c0 < c2), 0, np.where((c1 < c0) & (c1 < c2), 1, 2))
+        best = np.where(choice == 0, c0, np.where(choice == 1, c1, c2))
+        acc[i, j] = cost[i - 1, j - 1] + best
+        trace[i, j] = choice
+    trace[0, :] = 2
+    trace[:, 0] = 1
+    i, j = n, m
+    path = []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        t = trace[i, j]
+        if t == 0:
+            i, j = i - 1, j - 1
+        elif t == 1:
+            i -= 1
+        else:
+            j -= 1
+    result = np.array(path[::-1])
+    return result[:, 0], result[:, 1]
+
+
+@torch.inference_mode()
+def find_alignment(
+    model: Whisper,
+    tokenizer: Tokenizer,
+    text_tokens: list[int],
+    cache: KVCache,
+    num_frames: int,
+    medfilt_width: int = 7,
+    qk_scale: float = 1.0,
+) -> list[WordTiming]:
+    """Per-word timings (seconds from the window start) of ``text_tokens`` in one window.
+
+    ``cache`` holds the window's cross-attention K/V (one row); it is reset and reused.
+    """
+    if not text_tokens:
+        return []
+    tokens = [*tokenizer.sot_sequence, tokenizer.no_timestamps, *text_tokens, tokenizer.eot]
+    cache.trim(0)
+    logits, qks = model.decoder(torch.tensor([tokens], device=model.device), cache, want_qk=True)
+    cache.trim(0)
+    n_sot = len(tokenizer.sot_sequence)
+    sampled = logits[0, n_sot : n_sot + len(text_tokens), : tokenizer.eot]
+    probs = sampled.softmax(dim=-1)
+    text_token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].tolist()
+
+    heads = model.alignment_heads.nonzero().tolist()
+    weights = torch.stack([qks[layer][0, head] for layer, head in heads])  # (heads, T, S)
+    weights = weights[:, :, : num_frames // 2]
+    weights = (weights * qk_scale).softmax(dim=-1)
+    std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
+    weights = median_filter((weights - mean) / std, medfilt_width)
+    matrix = weights.mean(dim=0)[n_sot:-1]
+    text_indices, time_indices = dtw(-matrix.double().numpy())
+
+    words, word_tokens = tokenizer.split_to_word_tokens(text_tokens + [tokenizer.eot])
+    if len(word_tokens) <= 1:
+        return []
+    boundaries = np.pad(np.cumsum([len(t) for t in word_tokens[:-1]]), (1, 0))
+    jumps = np.pad(np.diff(text_indices), (1, 0), constant_values=1).astype(bool)
+    jump_times = time_indices[jumps] / TOKENS_PER_SECOND
+    starts = jump_times[boundaries[:-1]]
+    ends = jump_times[boundaries[1:]]
+    word_probs = [float(np.mean(text_token_probs[i:j])) for i, j in zip(boundaries[:-1], boundaries[1:])]
+    return [
+        WordTiming(word, toks, float(start), float(end), prob)
+        for word, toks, start, end, prob in zip(words, word_tokens, starts, ends, word_probs)
+    ]
+
+
+def merge_punctuations(alignment: list[WordTiming], prepended: str = PREPEND_PUNCTUATIONS, appended: str = APPEND_PUNCTUATIONS) -> None:
+    """Attach opening punctuation to the next word and closing punctuation to the previous one."""
+    i, j = len(alignment) - 2, len(alignment) - 1
+    while i >= 0:
+        previous, following = alignment[i], alignment[j]
+        if previous.word.startswith(" ") and previous.word.strip() in prepended:
+            following.word = previous.word + following.word
+            following.tokens = previous.tokens + following.tokens
+            previous.word, previous.tokens = "", []
+        else:
+            j = i
+        i -= 1
+    i, j = 0, 1
+    while j < len(alignment):
+        previous, following = alignment[i], alignment[j]
+        if not previous.word.endswith(" ") and following.word in appended:
+            previous.word = previous.word + following.word
+            previous.tokens = previous.tokens + following.tokens
+            following.word, following.tokens = "", []
+        else:
+            i = j
+        j += 1
+
+
+def clamp_long_words(alignment: list[WordTiming]) -> float:
+    """Shorten words at sentence ends that last over twice the median; returns the median."""
+    durations = np.array([t.end - t.start for t in alignment])
+    durations = durations[durations.nonzero()]
+    median = min(0.7, float(np.median(durations))) if len(durations) else 0.0
+    longest = median * 2
+    if len(durations):
+        for i in range(1, len(alignment)):
+            if alignment[i].end - alignment[i].start > longest:
+                if alignment[i].word in SENTENCE_END_MARKS:
+                    alignment[i].end = alignment[i].start + longest
+                elif alignment[i - 1].word in SENTENCE_END_MARKS:
+                    alignment[i].start = alignment[i].end - longest
+    return median

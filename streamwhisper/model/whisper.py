@@ -1,0 +1,287 @@
+"""Whisper as plain nn.Modules: dimensions, audio encoder, text decoder.
+
+The modules know nothing about decoding, streaming or sockets. Self-attention projections are fused
+(one q/k/v matrix, as CTranslate2 stores them) and cross-attention keys/values are fused too; both
+loaders map their checkpoints onto this layout. The decoder's memory of past tokens lives in an
+explicit :class:`~streamwhisper.model.kv_cache.KVCache` passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .kv_cache import KVCache
+
+
+@dataclass(frozen=True)
+class ModelDimensions:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.n_vocab >= 51865
+
+    @property
+    def num_languages(self) -> int:
+        return self.n_vocab - 51765 - int(self.is_multilingual)
+
+
+def sinusoids(length: int, channels: int, max_timescale: float = 10_000.0) -> Tensor:
+    """Whisper's fixed sinusoidal encoder positions, shape (length, channels)."""
+    assert channels % 2 == 0
+    log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
+    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+
+
+class LayerNorm(nn.LayerNorm):
+    """LayerNorm computed in float32 whatever the activations' dtype (fp16 safety)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32:
+            return super().forward(x)
+        return super().forward(x.float()).type(x.dtype)
+
+
+def _split_heads(x: Tensor, n_head: int) -> Tensor:
+    b, t, d = x.shape
+    return x.view(b, t, n_head, d // n_head).transpose(1, 2)  # (B, n_head, T, d_head)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, n_head * d_head)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with a fused q/k/v projection (key bias is zero in Whisper)."""
+
+    def __init__(self, n_state: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = nn.Linear(n_state, 3 * n_state)
+        self.out = nn.Linear(n_state, n_state)
+
+    def forward(
+        self,
+        x: Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        mask: Tensor | None = None,
+        causal: bool = False,
+    ) -> Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (_split_heads(t, self.n_head) for t in (q, k, v))  # (B, H, T, Dh)
+        if cache is not None:
+            k, v = cache.extend_self(layer, k, v)  # (B, H, past + T, Dh)
+        if mask is not None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal and q.shape[2] > 1)
+        return self.out(_merge_heads(out))
+
+
+class CrossAttention(nn.Module):
+    """Attention from text to audio; keys/values come from the cache, computed once per window."""
+
+    def __init__(self, n_state: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.query = nn.Linear(n_state, n_state)
+        self.kv = nn.Linear(n_state, 2 * n_state)
+        self.out = nn.Linear(n_state, n_state)
+
+    def project_audio(self, audio: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.kv(audio).chunk(2, dim=-1)
+        return _split_heads(k, self.n_head), _split_heads(v, self.n_head)  # (B, H, S, Dh)
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, want_qk: bool = False) -> tuple[Tensor, Tensor | None]:
+        q = _split_heads(self.query(x), self.n_head)  # (B, H, T, Dh)
+        if not want_qk:
+            return self.out(_merge_heads(F.scaled_dot_product_attention(q, k, v))), None
+        scale = q.shape[-1] ** -0.5
+        qk = (q * scale) @ k.transpose(-1, -2)  # (B, H, T, S)
+        weights = qk.float().softmax(dim=-1).to(q.dtype)
+        return self.out(_merge_heads(weights @ v)), qk.float()
+
+
+class MLP(nn.Sequential):
+    def __init__(self, n_state: int) -> None:
+        super().__init__(nn.Linear(n_state, 4 * n_state), nn.GELU(), nn.Linear(4 * n_state, n_state))
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int) -> None:
+        super().__init__()
+        self.attn = SelfAttention(n_state, n_head)
+        self.attn_ln = LayerNorm(n_state)
+        self.mlp = MLP(n_state)
+        self.mlp_ln = LayerNorm(n_state)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.attn_ln(x))
+        return x + self.mlp(self.mlp_ln(x))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int) -> None:
+        super().__init__()
+        self.attn = SelfAttention(n_state, n_head)
+        self.attn_ln = LayerNorm(n_state)
+        self.cross_attn = CrossAttention(n_state, n_head)
+        self.cross_attn_ln = LayerNorm(n_state)
+        self.mlp = MLP(n_state)
+        self.mlp_ln = LayerNorm(n_state)
+
+    def forward(
+        self, x: Tensor, cache: KVCache, layer: int, mask: Tensor | None, want_qk: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        x = x + self.attn(self.attn_ln(x), cache, layer, mask=mask, causal=True)
+        k, v = cache.cross(layer)
+        attended, qk = self.cross_attn(self.cross_attn_ln(x), k, v, want_qk)
+        x = x + attended
+        return x + self.mlp(self.mlp_ln(x)), qk
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, n_mels: int, n_ctx: int, n_state: int, n_head: int, n_layer: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(n_mels, n_state, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(n_state, n_state, kernel_size=3, stride=2, padding=1)
+        self.register_buffer("positional_embedding", sinusoids(n_ctx, n_state))
+        self.blocks = nn.ModuleList([EncoderBlock(n_state, n_head) for _ in range(n_layer)])
+        self.ln_post = LayerNorm(n_state)
+
+    def forward(self, mel: Tensor) -> Tensor:
+        """mel (B, n_mels, n_frames) -> audio features (B, n_frames // 2, n_state).
+
+        n_frames may be below 3000 (a shorter audio context); positions are taken from the start.
+        """
+        x = F.gelu(self.conv1(mel))
+        x = F.gelu(self.conv2(x)).permute(0, 2, 1)  # (B, S, n_state)
+        pos: Tensor = self.positional_embedding  # type: ignore[assignment]
+        if x.shape[1] > pos.shape[0]:
+            raise ValueError(f"audio context {x.shape[1]} exceeds the model's {pos.shape[0]}")
+        x = x + pos[: x.shape[1]].to(x.dtype)
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_post(x)
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.token_embedding = nn.Embedding(n_vocab, n_state)
+        self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
+        self.blocks = nn.ModuleList([DecoderBlock(n_state, n_head) for _ in range(n_layer)])
+        self.ln = LayerNorm(n_state)
+        # Logits come from the token embedding (tied); a separate module so that it can be quantised.
+        self.logits: nn.Module | None = None
+
+    def forward(
+        self,
+        tokens: Tensor,
+        cache: KVCache,
+        *,
+        positions: Tensor | None = None,
+        mask: Tensor | None = None,
+        want_qk: bool = False,
+        select: Tensor | None = None,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """tokens (B, T) after ``cache.length`` cached ones -> logits (B, T or 1, n_vocab) in float32.
+
+        ``positions`` (B, T) overrides the default positions cache.length .. cache.length + T - 1
+        (left-padded batches); ``mask`` is an additive or boolean attention mask broadcastable to
+        (B, H, T, past + T); ``select`` picks the positions whose logits are wanted (all by
+        default). With ``want_qk`` also returns each layer's cross-attention scores.
+        """
+        offset = cache.length
+        if positions is None:
+            pos_emb = self.positional_embedding[offset : offset + tokens.shape[-1]]
+        else:
+            pos_emb = self.positional_embedding[positions]
+        x = self.token_embedding(tokens) + pos_emb
+        x = x.to(cache.dtype)
+        qks: list[Tensor] = []
+        for i, block in enumerate(self.blocks):
+            x, qk = block(x, cache, i, mask, want_qk)
+            if qk is not None:
+                qks.append(qk)
+        cache.advance(tokens.shape[-1])
+        if select is not None:
+            x = x[:, select]
+        x = self.ln(x)
+        if self.logits is not None:
+            logits = self.logits(x.float())
+        else:
+            logits = x @ self.token_embedding.weight.to(x.dtype).T
+        return logits.float(), qks
+
+
+class Whisper(nn.Module):
+    """The whole model. ``alignment_heads`` is a (n_text_layer, n_text_head) bool buffer."""
+
+    def __init__(self, dims: ModelDimensions) -> None:
+        super().__init__()
+        self.dims = dims
+        self.encoder = AudioEncoder(
+            dims.n_mels, dims.n_audio_ctx, dims.n_audio_state, dims.n_audio_head, dims.n_audio_layer
+        )
+        self.decoder = TextDecoder(
+            dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer
+        )
+        # Whisper's default: the upper half of the decoder's heads align with the audio.
+        heads = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
+        heads[dims.n_text_layer // 2 :] = True
+        self.register_buffer("alignment_heads", heads, persistent=False)
+
+    def set_alignment_heads(self, pairs: list[tuple[int, int]]) -> None:
+        heads = torch.zeros(self.dims.n_text_layer, self.dims.n_text_head, dtype=torch.bool)
+        for layer, head in pairs:
+            heads[layer, head] = True
+        self.register_buffer("alignment_heads", heads, persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.decoder.positional_embedding.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.encoder.conv1.weight.dtype
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.dims.is_multilingual
+
+    @property
+    def num_languages(self) -> int:
+        return self.dims.num_languages
+
+    def new_cache(self, audio_features: Tensor, max_tokens: int | None = None) -> KVCache:
+        """A KV cache for decoding over ``audio_features`` (B, S, n_state), cross K/V computed once."""
+        cross = [block.cross_attn.project_audio(audio_features) for block in self.decoder.blocks]
+        return KVCache.create(
+            cross,
+            n_head=self.dims.n_text_head,
+            d_head=self.dims.n_text_state // self.dims.n_text_head,
+            max_len=max_tokens or self.dims.n_text_ctx,
+        )

@@ -1,0 +1,121 @@
+"""Frozen, validated settings of the streaming core: VAD, commit policy and the Streamer.
+
+Every value is a default that works on two CPU cores with the tiny/base models; the runtime may
+change the step at run time (``Streamer.step_s``) but never these objects. Invalid values raise
+:class:`~streamwhisper.errors.ConfigError` at construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streamwhisper.errors import ConfigError
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    """Voice activity detection: webrtcvad frames and the quiet/speaking state machine.
+
+    Speech starts when at least ``start_speech_ms`` of the last ``start_window_ms`` are voiced;
+    it ends after ``endpoint_ms`` of unbroken silence (the hangover). ``pre_roll_ms`` of audio
+    before the first voiced frame are kept and sent to the model so onsets are not clipped.
+    """
+
+    aggressiveness: int = 3  # webrtcvad 0 (lenient) .. 3 (strict); 3 rejects steady noise best
+    frame_ms: int = 30  # 10, 20 or 30
+    start_window_ms: int = 300
+    start_speech_ms: int = 150
+    endpoint_ms: int = 500
+    pre_roll_ms: int = 300
+
+    def __post_init__(self) -> None:
+        _check(self.aggressiveness in (0, 1, 2, 3), "vad.aggressiveness must be 0, 1, 2 or 3")
+        _check(self.frame_ms in (10, 20, 30), "vad.frame_ms must be 10, 20 or 30")
+        _check(self.start_window_ms >= self.frame_ms, "vad.start_window_ms must hold one frame")
+        _check(
+            0 < self.start_speech_ms <= self.start_window_ms,
+            "vad.start_speech_ms must be in (0, start_window_ms]",
+        )
+        _check(self.endpoint_ms >= self.frame_ms, "vad.endpoint_ms must be at least one frame")
+        _check(0 <= self.pre_roll_ms <= 2000, "vad.pre_roll_ms must be in [0, 2000]")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Hypothesis guards, LocalAgreement boundary handling and prompt conditioning."""
+
+    # A hypothesis is silence when both hold (Whisper's own no-speech rule).
+    no_speech_threshold: float = 0.6
+    no_speech_logprob: float = -1.0
+    # Below this average log-probability a hypothesis is dropped whatever no_speech_prob says;
+    # Whisper retries at a higher temperature below -1.0, so -1.5 is "even the retry failed".
+    logprob_floor: float = -1.5
+    compression_ratio_threshold: float = 2.4
+    # An n-gram (n <= loop_max_ngram) repeated loop_min_repeats times in a row is a decoding loop
+    # (unigrams need one more repeat: "no no no" is speech); the hypothesis is cut after its
+    # first occurrence.
+    loop_max_ngram: int = 8
+    loop_min_repeats: int = 3
+    # Words at the start of a new window that repeat the last committed words (up to
+    # dedupe_max_ngram of them, within dedupe_window_s of the commit point) are dropped.
+    dedupe_max_ngram: int = 5
+    dedupe_window_s: float = 1.0
+    # LocalAgreement: a word agreed by two consecutive hypotheses is committed when it ends at
+    # least commit_margin_s before its window's end and the window is min_commit_window_s long.
+    commit_margin_s: float = 0.04
+    min_commit_window_s: float = 0.0
+    condition_on_committed: bool = True
+    max_prompt_tokens: int = 223  # Whisper's limit: n_text_ctx // 2 - 1
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.no_speech_threshold <= 1.0, "policy.no_speech_threshold in [0, 1]")
+        _check(self.compression_ratio_threshold > 0, "policy.compression_ratio_threshold > 0")
+        _check(self.loop_max_ngram >= 1, "policy.loop_max_ngram must be >= 1")
+        _check(self.loop_min_repeats >= 2, "policy.loop_min_repeats must be >= 2")
+        _check(self.dedupe_max_ngram >= 0, "policy.dedupe_max_ngram must be >= 0")
+        _check(self.dedupe_window_s >= 0, "policy.dedupe_window_s must be >= 0")
+        _check(0 <= self.max_prompt_tokens <= 223, "policy.max_prompt_tokens in [0, 223]")
+
+
+@dataclass(frozen=True)
+class StreamingConfig:
+    """The Streamer: model input, request cadence and buffer bounds.
+
+    A request is issued once ``min_step_s`` of new audio arrived in an utterance and none is
+    outstanding; the runtime may raise the step under load. The ring buffer holds
+    ``max_window_s`` of audio; when more than ``force_commit_s`` stays uncommitted, words older
+    than the last ``force_keep_s`` of the latest hypothesis are committed without agreement.
+    """
+
+    n_mels: int = 80
+    language: str | None = None
+    task: str = "transcribe"
+    min_step_s: float = 1.0
+    # Committed words stay in the window (as a forced decoder prefix) until it is this long;
+    # then it is trimmed at the commit point. 0 trims at every commit.
+    trim_after_s: float = 8.0
+    max_window_s: float = 30.0
+    force_commit_s: float = 20.0
+    force_keep_s: float = 5.0
+    vad: VadConfig = field(default_factory=VadConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.n_mels in (80, 128), "n_mels must be 80 or 128")
+        _check(self.task in ("transcribe", "translate"), "task must be transcribe or translate")
+        _check(0.1 <= self.min_step_s <= 10.0, "min_step_s must be in [0.1, 10]")
+        _check(1.0 <= self.max_window_s <= 30.0, "max_window_s must be in [1, 30]")
+        _check(0.0 <= self.trim_after_s <= self.max_window_s, "trim_after_s must be in [0, max_window_s]")
+        _check(
+            0 < self.force_keep_s < self.force_commit_s < self.max_window_s,
+            "need 0 < force_keep_s < force_commit_s < max_window_s",
+        )
+        _check(
+            self.min_step_s <= self.max_window_s - self.force_commit_s,
+            "min_step_s must leave room in the window: <= max_window_s - force_commit_s",
+        )

@@ -1,0 +1,296 @@
+"""From hypotheses to ``Partial`` and ``Final`` events: guards, LocalAgreement-2 and endpoints.
+
+Pure and clock-free: the caller says which window (on the audio clock, in seconds) each
+hypothesis describes. Invariants the policy keeps:
+
+- finals are append-only: every committed word ends after the previous one (the *commit point*
+  ``committed_end`` only moves forward) and is never emitted twice;
+- a word is committed when two consecutive hypotheses agree on it (normalised text, as a
+  common prefix of their uncommitted words) and it ends clear of the window's end, at an
+  endpoint, or by :meth:`force_commit`;
+- while a window still holds committed words, the caller decodes it with those words as a
+  forced prefix (:meth:`context`), so the model continues after them: nothing is duplicated
+  or lost at the commit point and no word is cut in two;
+- when the caller trims its audio at ``committed_end`` (a long utterance), the next window
+  starts where the last committed word ends; words of that window ending at or before the
+  commit point, or repeating the committed tail right at the boundary, are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from streamwhisper.events import Event, Final, Partial, Word
+from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
+
+from .config import PolicyConfig
+
+logger = logging.getLogger(__name__)
+
+EncodeText = Callable[[str], Sequence[int]]
+CUT_MARGIN_S = 0.04  # two of Whisper's 20 ms timestamp steps
+
+
+def normalize_word(word: str) -> str:
+    """Comparison form of a word: case-folded, without punctuation, whitespace or controls."""
+    return "".join(ch for ch in word.casefold() if unicodedata.category(ch)[0] not in "PZC")
+
+
+def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int) -> int | None:
+    """Index just after the first occurrence of the earliest repeated n-gram loop, or None.
+
+    A loop is an n-gram repeated ``min_repeats`` times back to back (``min_repeats + 1`` for a
+    single word, since "no no no" is ordinary speech).
+    """
+    best: int | None = None
+    for n in range(1, max_ngram + 1):
+        repeats = min_repeats + 1 if n == 1 else min_repeats
+        for i in range(len(words) - n * repeats + 1):
+            if best is not None and i + n >= best:
+                break
+            gram = words[i : i + n]
+            if all(words[i + k * n : i + (k + 1) * n] == gram for k in range(1, repeats)):
+                best = i + n
+                break
+    return best
+
+
+def screen(hypothesis: Hypothesis, config: PolicyConfig) -> tuple[tuple[HypothesisWord, ...], str]:
+    """The usable words of a hypothesis and why the rest was dropped ('' when nothing was).
+
+    Silence (high ``no_speech_prob`` with low ``avg_logprob``), a log-probability below the
+    floor and a high compression ratio without a visible loop reject the whole hypothesis; a
+    repeated n-gram loop is cut after its first occurrence. Punctuation-only words are dropped.
+    """
+    if hypothesis.no_speech_prob > config.no_speech_threshold and hypothesis.avg_logprob < config.no_speech_logprob:
+        return (), "no_speech"
+    if hypothesis.avg_logprob < config.logprob_floor:
+        return (), "low_logprob"
+    words = tuple(w for w in hypothesis.words if normalize_word(w.word))
+    cut = find_loop([normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats)
+    if cut is not None:
+        return words[:cut], "loop"
+    if hypothesis.compression_ratio > config.compression_ratio_threshold:
+        return (), "compression_ratio"
+    return words, ""
+
+
+def _text(words: Sequence[Word]) -> str:
+    return "".join(w.word for w in words).strip()
+
+
+class CommitPolicy:
+    """Turns a stream of hypotheses into partials and append-only finals.
+
+    Args:
+        config: guard thresholds, boundary de-duplication and prompt settings.
+        encode_text: the recogniser's tokenizer; without it the prompt stays empty.
+    """
+
+    def __init__(self, config: PolicyConfig | None = None, encode_text: EncodeText | None = None) -> None:
+        self._config = config or PolicyConfig()
+        self._encode = encode_text
+        self._committed_end = 0.0
+        # The committed tail feeds the prompt and boundary de-duplication. Each word is at
+        # least one token, so max_prompt_tokens words always cover the prompt.
+        self._tail: deque[Word] = deque(maxlen=max(self._config.max_prompt_tokens, self._config.dedupe_max_ngram, 1))
+        self._soft_boundary = False  # the commit point lies inside continuous speech
+        self._pending: list[Word] = []  # uncommitted words of the latest hypothesis
+        self._shown = ""  # text of the partial the client currently shows
+        self._finals_in_utterance = 0
+        self._seq = 0
+        self._prompt: tuple[int, ...] = ()
+
+    @property
+    def committed_end(self) -> float:
+        """The commit point: end of the last committed word or of skipped audio (seconds)."""
+        return self._committed_end
+
+    @property
+    def prompt(self) -> tuple[int, ...]:
+        """Token ids of the last committed text (at most ``max_prompt_tokens``)."""
+        return self._prompt
+
+    @property
+    def pending(self) -> tuple[Word, ...]:
+        """Uncommitted words of the latest hypothesis (what the partial shows)."""
+        return tuple(self._pending)
+
+    def observe(
+        self,
+        hypothesis: Hypothesis,
+        window_start: float,
+        window_end: float,
+        *,
+        endpoint: bool = False,
+        prefixed: bool = False,
+    ) -> list[Event]:
+        """Take the hypothesis of the window ``[window_start, window_end)``.
+
+        ``prefixed``: the window was decoded after the committed words it holds (a forced
+        prefix), so the hypothesis holds only new words and needs no boundary de-duplication.
+
+        Without ``endpoint``, words agreed with the previous hypothesis become a ``Final`` and
+        the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
+        this hypothesis becomes final and the commit point moves to ``window_end``.
+        """
+        words, reason = screen(hypothesis, self._config)
+        if reason:
+            logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
+        placed = self._place(words, window_start, window_end, prefixed)
+        if endpoint:
+            self._pending = placed
+            return self.close(window_end)
+        agreed = 0
+        cfg = self._config
+        # Hypotheses of very short windows are guesses (Whisper needs context): no commits.
+        can_commit = window_end - window_start >= cfg.min_commit_window_s
+        for old, new in zip(self._pending if can_commit else (), placed, strict=False):
+            # A word near the window's end may be cut there or still change: committing it
+            # would put the trim point inside the word and leave a fragment for the next window.
+            if new.end > window_end - cfg.commit_margin_s or normalize_word(old.word) != normalize_word(new.word):
+                break
+            agreed += 1
+        events: list[Event] = []
+        if agreed:
+            events.append(self._commit(placed[:agreed], endpoint=False))
+        self._pending = placed[agreed:]
+        events.extend(self._refresh_partial())
+        return events
+
+    def close(self, end: float) -> list[Event]:
+        """End the utterance at ``end``: the pending words become an endpoint ``Final``.
+
+        The final is emitted when it has words or when the utterance already produced finals
+        (then it may be empty and only marks the endpoint); a partial left on screen is cleared.
+        """
+        events: list[Event] = []
+        if self._pending or self._finals_in_utterance:
+            events.append(self._commit(self._pending, endpoint=True))
+        elif self._shown:
+            events.append(self._partial(()))
+        self._pending = []
+        self._shown = ""
+        self._finals_in_utterance = 0
+        self._committed_end = max(self._committed_end, end)
+        self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
+        return events
+
+    def force_commit(self, before: float) -> list[Event]:
+        """Commit, without agreement, the pending words that end by ``before`` (seconds).
+
+        Used when the uncommitted audio nears the window limit.
+        """
+        n = 0
+        while n < len(self._pending) and self._pending[n].end <= before:
+            n += 1
+        if not n:
+            return []
+        events: list[Event] = [self._commit(self._pending[:n], endpoint=False)]
+        self._pending = self._pending[n:]
+        events.extend(self._refresh_partial())
+        return events
+
+    def skip_to(self, time: float) -> None:
+        """Move the commit point to ``time`` without text (audio that will never be heard)."""
+        if time <= self._committed_end:
+            return
+        self._committed_end = time
+        self._soft_boundary = False
+        self._pending = [w for w in self._pending if w.start >= time]
+
+    def context(self, window_start: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(prompt, prefix) token ids for a window starting at ``window_start`` seconds.
+
+        The prefix is the committed text inside the window (the decoder continues after it);
+        the prompt is committed text before the window (at most ``max_prompt_tokens``).
+        """
+        cfg = self._config
+        if self._encode is None:
+            return (), ()
+        inside = [w for w in self._tail if w.end > window_start]
+        if not inside:
+            return self._prompt, ()
+        before = list(self._tail)[: len(self._tail) - len(inside)]
+        prefix = tuple(self._encode("".join(w.word for w in inside)))
+        prompt: tuple[int, ...] = ()
+        if before and cfg.condition_on_committed and cfg.max_prompt_tokens:
+            prompt = tuple(self._encode("".join(w.word for w in before[-cfg.max_prompt_tokens :])))
+            prompt = prompt[-cfg.max_prompt_tokens :]
+        return prompt, prefix
+
+    def _place(
+        self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool = False
+    ) -> list[Word]:
+        """Absolute, monotonic, clamped words that are not yet committed."""
+        out: list[Word] = []
+        prev_end = self._committed_end
+        for w in words:
+            start, end = window_start + w.start, window_start + w.end
+            if start >= window_end:  # decoded into the padding after the audio
+                break
+            if end <= self._committed_end and not prefixed:  # audio already committed
+                continue
+            start = min(max(start, prev_end), window_end)
+            end = min(max(end, start), window_end)
+            out.append(Word(w.word, round(start, 3), round(end, 3), w.probability))
+            prev_end = end
+        return out if prefixed else self._drop_repeated_tail(out)
+
+    def _drop_repeated_tail(self, words: list[Word]) -> list[Word]:
+        """Drop leading words that repeat the committed tail right at a soft commit point."""
+        cfg = self._config
+        if not (self._soft_boundary and words and self._tail):
+            return words
+        if words[0].start > self._committed_end + cfg.dedupe_window_s:
+            return words
+        tail = [normalize_word(w.word) for w in list(self._tail)[-cfg.dedupe_max_ngram :]]
+        head = [normalize_word(w.word) for w in words[: cfg.dedupe_max_ngram]]
+        for n in range(min(len(tail), len(head)), 0, -1):
+            if tail[-n:] == head[:n]:
+                logger.debug("dropped %d word(s) repeating the committed tail", n)
+                return words[n:]
+        return words
+
+    def _commit(self, words: Sequence[Word], *, endpoint: bool) -> Final:
+        words = tuple(words)
+        if words:
+            start, end = words[0].start, words[-1].end
+            self._committed_end = max(self._committed_end, end)
+            self._tail.extend(words)
+            self._soft_boundary = True
+            self._update_prompt()
+        else:
+            start = end = self._committed_end
+        self._finals_in_utterance += 1
+        self._shown = ""  # a final clears the partial on the client
+        final = Final(_text(words), start, end, words, self._seq, endpoint)
+        self._seq += 1
+        return final
+
+    def _refresh_partial(self) -> list[Event]:
+        text = _text(self._pending)
+        if text == self._shown:
+            return []
+        self._shown = text
+        return [self._partial(tuple(self._pending))]
+
+    def _partial(self, words: tuple[Word, ...]) -> Partial:
+        if words:
+            start, end = words[0].start, words[-1].end
+        else:
+            start = end = self._committed_end
+        partial = Partial(_text(words), start, end, words, self._seq)
+        self._seq += 1
+        return partial
+
+    def _update_prompt(self) -> None:
+        cfg = self._config
+        if self._encode is None or not cfg.condition_on_committed or not cfg.max_prompt_tokens:
+            return
+        words = list(self._tail)[-cfg.max_prompt_tokens :]
+        tokens = tuple(self._encode("".join(w.word for w in words)))
+        self._prompt = tokens[-cfg.max_prompt_tokens :]

@@ -1,0 +1,313 @@
+"""Streamer end to end with fakes that "hear" tone-coded words in the mel they are sent."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+from streamwhisper.audio.mel import mel_filters
+from streamwhisper.errors import AudioFormatError, ConfigError
+from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted
+from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
+from streamwhisper.streaming.config import StreamingConfig
+from streamwhisper.streaming.streamer import Streamer, run_sync
+
+SR = 16_000
+MAX_RING = 30 * SR
+LABEL_BINS = np.arange(8, 80, 3)  # 24 well separated mel bins, one per word label
+FFT_FREQS = np.linspace(0, SR / 2, 201)
+LABEL_FREQS = FFT_FREQS[mel_filters(80)[LABEL_BINS].argmax(axis=1)]
+
+
+@dataclass(frozen=True)
+class Spoken:
+    label: int
+    start: float
+    end: float
+
+
+def synth(seconds: float, seed: int, continuous: tuple[float, float] = (0.0, 0.0)) -> tuple[np.ndarray, list[Spoken]]:
+    """Tone-burst "speech": words of 0.2-0.5 s, short gaps, sometimes a pause of 0.8-2 s.
+
+    Inside ``continuous`` there is no pause long enough for a VAD endpoint.
+    """
+    rng = np.random.default_rng(seed)
+    audio = np.zeros(int(seconds * SR), dtype=np.float32)
+    words: list[Spoken] = []
+    t = 0.5
+    while t < seconds - 3.0:
+        dur = float(rng.uniform(0.2, 0.5))
+        label = (len(words) * 7) % len(LABEL_BINS)  # neighbours differ; repeats every 24 words
+        a, b = round(t * SR), round((t + dur) * SR)
+        n = np.arange(b - a)
+        fade = np.minimum(1.0, np.minimum(n, b - a - n) / 160)
+        audio[a:b] = 0.3 * fade * np.sin(2 * np.pi * LABEL_FREQS[label] * n / SR)
+        words.append(Spoken(label, a / SR, b / SR))
+        t += dur
+        pause = rng.random() < 0.15 and not continuous[0] <= t < continuous[1]
+        t += float(rng.uniform(0.8, 2.0) if pause else rng.uniform(0.08, 0.2))
+    return audio, words
+
+
+class EnergyVad:
+    """A scripted VAD: a 30 ms frame is voiced when its RMS exceeds -40 dBFS."""
+
+    frame_samples = 480
+
+    def classify(self, frames: np.ndarray) -> list[bool]:
+        return (np.sqrt((frames.astype(np.float64) ** 2).mean(axis=1)) > 0.01).tolist()
+
+
+class ToneRecognizer:
+    """Finds the tone bursts in the request's mel and names each by its frequency.
+
+    Times come from the mel frames alone (window-relative), so they check the window offsets
+    the Streamer applies. ``unstable`` makes consecutive hypotheses never agree (each word gets
+    a suffix that alternates between calls), which forces commits by the window limit.
+    """
+
+    def __init__(self, unstable: bool = False) -> None:
+        self.unstable = unstable
+        self.requests: list[RecognitionRequest] = []
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+        return [self._hear(r) for r in requests]
+
+    def encode_text(self, text: str) -> list[int]:
+        return [int(w[1:].rstrip("ab")) for w in text.split()]
+
+    def _hear(self, request: RecognitionRequest) -> Hypothesis:
+        self.requests.append(request)
+        mel = request.mel
+        active = mel.max(axis=0) > mel.max() - 0.75  # within 3 decades of the loudest frame
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], active.astype(np.int8), [0]])))
+        suffix = "ab"[len(self.requests) % 2] if self.unstable else ""
+        words = []
+        for a, b in zip(edges[::2], edges[1::2], strict=True):
+            label = int(np.abs(LABEL_BINS - mel[:, a:b].mean(axis=1).argmax()).argmin())
+            words.append(HypothesisWord(f" w{label}{suffix}", a / 100, b / 100, 0.9))
+        text = "".join(w.word for w in words)
+        return Hypothesis(text, (), tuple(words), -0.2, 0.01, 1.2, "en")
+
+
+def label_of(word: str) -> int:
+    return int(word.strip()[1:].rstrip("ab"))
+
+
+def check_stream(events: Sequence[Event], spoken: Sequence[Spoken], tolerance: float = 0.06) -> None:
+    """Finals are append-only, complete and in time; seq and VAD events are well formed."""
+    seqs = [e.seq for e in events if isinstance(e, (Partial, Final))]
+    assert seqs == list(range(len(seqs)))
+    finals = [e for e in events if isinstance(e, Final)]
+    words = [w for f in finals for w in f.words]
+    assert [label_of(w.word) for w in words] == [s.label for s in spoken]  # none lost or repeated
+    for w, s in zip(words, spoken, strict=True):
+        assert abs(w.start - s.start) <= tolerance and abs(w.end - s.end) <= tolerance, (w, s)
+    assert all(a.end <= b.start for a, b in pairwise(words))
+    assert all(f.start <= f.end for f in finals)
+    vad = [type(e) for e in events if isinstance(e, (SpeechStarted, SpeechEnded))]
+    assert vad == [SpeechStarted, SpeechEnded] * (len(vad) // 2)
+    times = [e.time for e in events if isinstance(e, (SpeechStarted, SpeechEnded))]
+    assert times == sorted(times)
+    assert finals[-1].endpoint
+
+
+def feed_all(
+    streamer: Streamer,
+    recognizer: ToneRecognizer,
+    audio: np.ndarray,
+    sizes: Sequence[int],
+    lag: int = 0,
+) -> list[Event]:
+    """Feed in the given chunk sizes; each request completes ``lag`` chunks after it was taken."""
+    events: list[Event] = []
+    taken: list[tuple[int, RecognitionRequest]] = []
+    pos = i = 0
+    while pos < audio.shape[0]:
+        size = sizes[i % len(sizes)]
+        events += streamer.feed(audio[pos : pos + size])
+        assert streamer.buffered_samples <= MAX_RING
+        pos, i = pos + size, i + 1
+        if taken and i - taken[0][0] >= lag:
+            events += streamer.complete(recognizer.recognize([taken.pop()[1]])[0])
+        if (request := streamer.pending_request()) is not None:
+            assert streamer.pending_request() is None  # one outstanding request at a time
+            taken.append((i, request))
+    if taken:
+        events += streamer.complete(recognizer.recognize([taken.pop()[1]])[0])
+    events += streamer.flush()
+    while (request := streamer.pending_request()) is not None:
+        events += streamer.complete(recognizer.recognize([request])[0])
+    assert streamer.finished
+    return events
+
+
+def test_five_minutes_of_speech_nothing_lost_or_duplicated() -> None:
+    audio, spoken = synth(300.0, seed=1, continuous=(100.0, 170.0))
+    recognizer = ToneRecognizer()
+    streamer = Streamer(vad=EnergyVad(), key="session-1", encode_text=recognizer.encode_text)
+    events = feed_all(streamer, recognizer, audio, [1_600])
+    check_stream(events, spoken)
+    assert sum(isinstance(e, SpeechEnded) for e in events) >= 10
+    for r in recognizer.requests:
+        assert r.key == "session-1" and r.mel.shape[0] == 80 and 0 < r.mel.shape[1] <= 3_000
+    # Agreement keeps the window short even in the 70 s without a pause.
+    assert max(r.mel.shape[1] for r in recognizer.requests) < 800
+    # Requests are conditioned on the last committed words (at most 223 "tokens").
+    labels = "".join(chr(65 + s.label) for s in spoken)
+    prompts = [r.prompt for r in recognizer.requests]
+    assert max(len(p) for p in prompts) == 223
+    assert all("".join(chr(65 + t) for t in p) in labels for p in prompts)
+
+
+@pytest.mark.parametrize(("sizes", "lag"), [([137, 4_000, 16_000, 801], 0), ([8_000], 3), ([3_200, 12_345], 2)])
+def test_chunking_and_slow_completion_do_not_change_the_transcript(sizes: list[int], lag: int) -> None:
+    audio, spoken = synth(90.0, seed=2, continuous=(20.0, 60.0))
+    events = feed_all(Streamer(vad=EnergyVad()), ToneRecognizer(), audio, sizes, lag=lag)
+    check_stream(events, spoken)
+
+
+def test_window_limit_forces_commits_in_continuous_speech() -> None:
+    audio, spoken = synth(100.0, seed=3, continuous=(0.0, 100.0))
+    streamer = Streamer(vad=EnergyVad())
+    recognizer = ToneRecognizer(unstable=True)
+    events = feed_all(streamer, recognizer, audio, [1_600])
+    check_stream(events, spoken)
+    finals = [e for e in events if isinstance(e, Final)]
+    assert len(finals) >= 3 and not any(f.endpoint for f in finals[:-1])
+    frames = [r.mel.shape[1] for r in recognizer.requests]
+    assert max(frames) <= 2_000 + 100  # force_commit_s (20 s) plus one step
+
+
+def test_overload_never_grows_the_ring() -> None:
+    # Requests are taken but never completed for 50 s: the ring keeps the last 30 s only.
+    audio, _ = synth(50.0, seed=4, continuous=(0.0, 50.0))
+    streamer = Streamer(vad=EnergyVad())
+    assert streamer.feed(audio[: 2 * SR]) and streamer.pending_request() is not None
+    nbytes = streamer.nbytes
+    for i in range(2 * SR, audio.shape[0], SR):
+        streamer.feed(audio[i : i + SR])
+        assert streamer.pending_request() is None
+        assert streamer.buffered_samples <= MAX_RING
+    assert streamer.nbytes == nbytes
+    streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
+    request = streamer.pending_request()
+    assert request is not None and request.mel.shape[1] <= 3_000
+
+
+def test_every_vad_endpoint_gets_its_endpoint_request() -> None:
+    audio = np.zeros(6 * SR, dtype=np.float32)
+    audio[int(0.5 * SR) : int(1.7 * SR)] = 0.3
+    audio[int(2.4 * SR) : int(3.5 * SR)] = 0.3  # resumes 0.7 s later, after the VAD endpoint
+    streamer = Streamer(vad=EnergyVad())
+    streamer.feed(audio[: int(1.6 * SR)])
+    assert streamer.pending_request() is not None
+    # Speech ends and restarts while that request is outstanding (or within one chunk).
+    events = streamer.feed(audio[int(1.6 * SR) : int(3.0 * SR)])
+    assert [type(e) for e in events] == [SpeechEnded, SpeechStarted]
+    streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
+    assert streamer.pending_request() is not None
+    window = streamer.outstanding
+    assert window is not None and window.endpoint and 2.2 <= window.end <= 2.3
+    first_end = window.end
+    streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
+    # The second utterance starts after the first one's window (its pre-roll is clipped).
+    streamer.feed(audio[int(3.0 * SR) : int(3.4 * SR)])
+    assert streamer.pending_request() is not None
+    window = streamer.outstanding
+    assert window is not None and not window.endpoint and window.start == first_end
+
+
+def test_utterances_merge_only_when_a_request_blocks_the_endpoint() -> None:
+    audio = np.zeros(6 * SR, dtype=np.float32)
+    audio[int(0.5 * SR) : int(1.7 * SR)] = 0.3
+    audio[int(2.4 * SR) : int(2.8 * SR)] = 0.3
+    streamer = Streamer(vad=EnergyVad())
+    streamer.feed(audio[: int(1.6 * SR)])
+    assert streamer.pending_request() is not None
+    # Both utterances end while the first request is outstanding: one endpoint for both.
+    events = streamer.feed(audio[int(1.6 * SR) : int(4.0 * SR)])
+    assert [type(e) for e in events] == [SpeechEnded, SpeechStarted, SpeechEnded]
+    streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
+    assert streamer.pending_request() is not None
+    window = streamer.outstanding
+    assert window is not None and window.endpoint and window.start == 0.18 and window.end > 3.2
+    streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
+    assert streamer.pending_request() is None and streamer.flush() == [] and streamer.finished
+
+
+def test_request_protocol() -> None:
+    streamer = Streamer(vad=EnergyVad(), encode_text=lambda text: [1, 2, 3])
+    empty = Hypothesis("", (), (), -0.2, 0.01, 1.0, "en")
+    with pytest.raises(RuntimeError):
+        streamer.complete(empty)
+    assert streamer.pending_request() is None and streamer.outstanding is None
+    tone = np.full(SR, 0.3, dtype=np.float32)
+    streamer.feed(tone[: SR // 2])
+    assert streamer.pending_request() is None  # less than a step of speech
+    streamer.feed(tone)
+    request = streamer.pending_request()
+    assert request is not None and request.mel.shape == (80, request.mel.shape[1])
+    assert streamer.outstanding is not None and streamer.outstanding.start == 0.0
+    assert streamer.abandon() == [] and streamer.outstanding is None
+    assert streamer.pending_request() is not None  # the abandoned audio is asked for again
+    with pytest.raises(ValueError):
+        streamer.step_s = 0.5  # below min_step_s
+    with pytest.raises(ValueError):
+        streamer.step_s = 10.5  # the window could outgrow the ring
+    streamer.step_s = 2.0
+    assert streamer.step_s == 2.0
+    streamer.flush()
+    with pytest.raises(RuntimeError):
+        streamer.feed(tone)
+
+
+def test_endpoint_request_is_due_at_once_and_marks_the_final() -> None:
+    audio = np.zeros(3 * SR, dtype=np.float32)
+    audio[int(0.5 * SR) : int(1.0 * SR)] = 0.3  # 0.5 s of "speech": less than a step
+    streamer = Streamer(StreamingConfig(min_step_s=2.0), vad=EnergyVad())
+    recognizer = ToneRecognizer()
+    events = run_sync(
+        streamer,
+        recognizer,
+        [audio[i : i + 800] for i in range(0, audio.shape[0], 800)],
+        flush=False,
+    )
+    assert len(recognizer.requests) == 1
+    finals = [e for e in events if isinstance(e, Final)]
+    assert len(finals) == 1 and finals[0].endpoint and finals[0].text == "w0"
+    assert 0.45 <= finals[0].start <= 0.55 and 0.95 <= finals[0].end <= 1.05
+
+
+def test_flush_finalises_speech_at_the_end_of_the_stream() -> None:
+    audio = np.full(int(1.5 * SR), 0.3, dtype=np.float32)
+    streamer = Streamer(vad=EnergyVad())
+    events = run_sync(streamer, ToneRecognizer(), [audio])
+    assert [type(e) for e in events] == [SpeechStarted, Partial, SpeechEnded, Final]
+    assert events[-1].endpoint and streamer.finished  # type: ignore[union-attr]
+
+
+def test_invalid_streaming_config() -> None:
+    with pytest.raises(ConfigError):
+        StreamingConfig(min_step_s=0.05)
+    with pytest.raises(ConfigError):
+        StreamingConfig(force_commit_s=25.0, min_step_s=6.0)
+    with pytest.raises(ConfigError):
+        StreamingConfig(n_mels=64)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros(10, dtype=np.int16),
+        np.zeros((2, 10), dtype=np.float32),
+        np.array([0.0, np.nan], dtype=np.float32),
+    ],
+)
+def test_bad_samples_are_refused(bad: np.ndarray) -> None:
+    with pytest.raises(AudioFormatError):
+        Streamer(vad=EnergyVad()).feed(bad)
