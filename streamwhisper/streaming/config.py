@@ -67,8 +67,12 @@ class PolicyConfig:
     dedupe_window_s: float = 1.0
     # LocalAgreement: a word agreed by two consecutive hypotheses is committed when it ends at
     # least commit_margin_s before its window's end and the window is min_commit_window_s long.
-    commit_margin_s: float = 0.04
-    min_commit_window_s: float = 0.0
+    commit_margin_s: float = 0.3
+    min_commit_window_s: float = 3.0
+    # A run of copy_min_words words repeating the last copy_lookback_words committed words is
+    # a copy of the prompt, not speech (0 disables the guard).
+    copy_min_words: int = 5
+    copy_lookback_words: int = 60
     condition_on_committed: bool = True
     max_prompt_tokens: int = 223  # Whisper's limit: n_text_ctx // 2 - 1
 

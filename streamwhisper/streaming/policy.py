@@ -238,7 +238,28 @@ class CommitPolicy:
             end = min(max(end, start), window_end)
             out.append(Word(w.word, round(start, 3), round(end, 3), w.probability))
             prev_end = end
+        out = self._drop_copied_runs(out)
         return out if prefixed else self._drop_repeated_tail(out)
+
+    def _drop_copied_runs(self, words: list[Word]) -> list[Word]:
+        """Drop runs of ``copy_min_words`` or more words that repeat recently committed text.
+
+        Whisper conditioned on a prompt sometimes copies it when the window holds little new
+        audio; real speech seldom repeats that many words of the last sentences verbatim.
+        """
+        n = self._config.copy_min_words
+        if not n or len(words) < n or len(self._tail) < n:
+            return words
+        recent = [normalize_word(w.word) for w in list(self._tail)[-self._config.copy_lookback_words :]]
+        grams = {tuple(recent[i : i + n]) for i in range(len(recent) - n + 1)}
+        keys = [normalize_word(w.word) for w in words]
+        drop = [False] * len(words)
+        for i in range(len(words) - n + 1):
+            if tuple(keys[i : i + n]) in grams:
+                drop[i : i + n] = [True] * n
+        if any(drop):
+            logger.debug("dropped %d word(s) copying committed text", sum(drop))
+        return [w for w, d in zip(words, drop) if not d]
 
     def _drop_repeated_tail(self, words: list[Word]) -> list[Word]:
         """Drop leading words that repeat the committed tail right at a soft commit point."""

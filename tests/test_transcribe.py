@@ -1,0 +1,305 @@
+"""Tests for streamwhisper.model.transcribe: whole recordings, window after window.
+
+The jfk transcript and word timestamps are compared with the reference Whisper; longer audio checks
+the window loop (seek, prompt conditioning, monotonic segments) and quality is asserted as a WER
+bound. The slow tests run tiny.en over whole manifest categories (read_en, nonspeech).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import streamwhisper.model.transcribe as transcribe_module
+from streamwhisper.audio.files import load_audio
+from streamwhisper.evaluation import Clip, normalize, read_manifest, word_count, word_error_rate
+from streamwhisper.model.decoding import compression_ratio
+from streamwhisper.model.loading import load_model
+from streamwhisper.model.tokenizer import get_tokenizer
+from streamwhisper.model.transcribe import Segment, TranscribeOptions, Transcriber, TranscriptionResult
+from streamwhisper.model.whisper import Whisper
+
+JFK_TEXT = "And so my fellow Americans ask not what your country can do for you ask what you can do for your country"
+LONG_CLIPS = ["en_ls_dev_1272-141231-0002", "en_ls_dev_2412-153948-0000", "en_lj_LJ001-0014", "en_lj_LJ001-0003"]
+READ_EN_WER_BOUND = 0.076  # required by the issue; measured 7.1 % (int8_logits), 7.3 % (float32)
+OPENAI_WHISPER_NONSPEECH_WORDS = 17  # words openai-whisper tiny.en emits over the nonspeech clips
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def default_model() -> Whisper:
+    """tiny.en with the default compute type (int8_logits on the CPU)."""
+    with warnings.catch_warnings():
+        # torch.ao.quantization's deprecation warning escapes load_model (see test_model.py's xfail)
+        warnings.filterwarnings("ignore", "torch.ao.quantization is deprecated", DeprecationWarning)
+        return load_model("tiny.en")
+
+
+@pytest.fixture(scope="module")
+def manifest(shared_data: Path) -> list[Clip]:
+    path = shared_data / "eval" / "manifest.tsv"
+    if not path.is_file():
+        pytest.skip(f"missing {path}")
+    return read_manifest(path)
+
+
+@pytest.fixture
+def default_heads(tiny_model: Whisper) -> Iterator[Whisper]:
+    """tiny_model with Whisper's default alignment heads (the reference's), restored afterwards."""
+    saved = tiny_model.alignment_heads.nonzero().tolist()
+    n_layer, n_head = tiny_model.dims.n_text_layer, tiny_model.dims.n_text_head
+    tiny_model.set_alignment_heads([(layer, h) for layer in range(n_layer // 2, n_layer) for h in range(n_head)])
+    try:
+        yield tiny_model
+    finally:
+        tiny_model.set_alignment_heads([(layer, h) for layer, h in saved])
+
+
+def _clip(manifest: list[Clip], clip_id: str) -> Clip:
+    found = [c for c in manifest if c.id == clip_id]
+    if not found or not found[0].wav.is_file():
+        pytest.skip(f"clip {clip_id} not available")
+    return found[0]
+
+
+def _words(result: TranscriptionResult) -> list:  # type: ignore[type-arg]
+    return [w for s in result.segments for w in (s.words or [])]
+
+
+def assert_segments_sane(segments: list[Segment], duration: float) -> None:
+    """Times within the recording, each segment forward in time, segments in order."""
+    for seg in segments:
+        assert 0.0 <= seg.start <= seg.end <= duration + 1e-6, (seg.start, seg.end, duration)
+        assert seg.text.strip()
+    for previous, following in pairwise(segments):
+        assert following.start >= previous.start
+        assert following.start >= previous.end - 1e-6, (previous, following)
+
+
+def assert_words_monotonic(words: list, duration: float) -> None:  # type: ignore[type-arg]
+    assert words
+    for w in words:
+        assert 0.0 <= w.start <= w.end <= duration + 1e-6, w
+        assert 0.0 <= w.probability <= 1.0
+    for previous, following in pairwise(words):
+        assert following.start >= previous.end - 1e-6, (previous, following)
+
+
+# ---------------------------------------------------------------- jfk
+
+
+@pytest.fixture(scope="module")
+def jfk_result(tiny_model: Whisper, jfk_audio: np.ndarray) -> TranscriptionResult:
+    progress: list[tuple[float, float]] = []
+    result = Transcriber(tiny_model).transcribe(jfk_audio, progress=lambda done, total: progress.append((done, total)))
+    result.progress = progress  # type: ignore[attr-defined]
+    return result
+
+
+def test_jfk_transcript(jfk_result: TranscriptionResult, manifest: list[Clip]) -> None:
+    assert normalize(jfk_result.text) == normalize(JFK_TEXT)
+    assert word_error_rate([_clip(manifest, "en_jfk").reference], [jfk_result.text]) == 0.0
+    assert jfk_result.language == "en"
+    assert jfk_result.duration == pytest.approx(11.0)
+
+
+def test_jfk_segments_within_the_clip(jfk_result: TranscriptionResult) -> None:
+    assert len(jfk_result.segments) >= 1
+    assert_segments_sane(jfk_result.segments, jfk_result.duration)
+    assert "".join(s.text for s in jfk_result.segments) == jfk_result.text
+    tokenizer = get_tokenizer(False)
+    for seg in jfk_result.segments:
+        assert seg.words is None  # not asked for
+        assert tokenizer.decode(seg.tokens) == seg.text
+        assert seg.temperature == 0.0 and seg.no_speech_prob < 0.6
+
+
+def test_progress_reaches_the_duration(jfk_result: TranscriptionResult) -> None:
+    progress = jfk_result.progress  # type: ignore[attr-defined]
+    assert progress
+    assert [done for done, _ in progress] == sorted(done for done, _ in progress)
+    assert progress[-1] == pytest.approx((jfk_result.duration, jfk_result.duration))
+
+
+def test_word_timestamps_equal_reference_with_default_heads(
+    default_heads: Whisper, jfk_audio: np.ndarray, reference: dict
+) -> None:
+    result = Transcriber(default_heads).transcribe(jfk_audio, TranscribeOptions(word_timestamps=True))
+    words = _words(result)
+    expected = reference["jfk"]["tiny.en"]["words"]
+    assert [w.word for w in words] == [w["word"] for w in expected]
+    for got, want in zip(words, expected, strict=True):
+        assert got.start == pytest.approx(want["start"], abs=1e-3), got
+        assert got.end == pytest.approx(want["end"], abs=1e-3), got
+        assert got.probability == pytest.approx(want["probability"], abs=1e-3), got
+    assert_words_monotonic(words, result.duration)
+
+
+def test_word_timestamps_with_config_heads_are_monotonic(
+    tiny_model: Whisper, jfk_audio: np.ndarray, reference: dict
+) -> None:
+    heads = tiny_model.alignment_heads.clone()
+    result = Transcriber(tiny_model).transcribe(jfk_audio, TranscribeOptions(word_timestamps=True))
+    assert torch.equal(tiny_model.alignment_heads, heads)
+    words = _words(result)
+    assert [w.word for w in words] == [w["word"] for w in reference["jfk"]["tiny.en"]["words"]]
+    assert_words_monotonic(words, result.duration)
+    assert_segments_sane(result.segments, result.duration)
+    for seg in result.segments:  # word times and segment times agree
+        assert seg.words
+        assert seg.start == pytest.approx(seg.words[0].start, abs=0.5)
+        assert seg.end == pytest.approx(seg.words[-1].end, abs=0.5)
+
+
+# ---------------------------------------------------------------- silence and noise
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tiny.en hallucinates ' you' on digital silence: no_speech_prob 0.95 but avg_logprob -0.75 > "
+    "logprob_threshold -1.0, so Whisper's skip rule (the same in openai-whisper) keeps the text",
+)
+def test_digital_silence_gives_no_words(default_model: Whisper, manifest: list[Clip]) -> None:
+    result = Transcriber(default_model).transcribe(load_audio(_clip(manifest, "ns_gen_digital_silence_30s").wav))
+    assert result.text.strip() == ""
+    assert result.segments == []
+
+
+def test_white_noise_gives_no_words(default_model: Whisper, manifest: list[Clip]) -> None:
+    result = Transcriber(default_model).transcribe(load_audio(_clip(manifest, "ns_gen_white_noise_-30dBFS_30s").wav))
+    assert result.text.strip() == ""
+    assert result.segments == []
+    assert result.duration == pytest.approx(30.0)
+
+
+def test_empty_audio_gives_an_empty_result(tiny_model: Whisper) -> None:
+    result = Transcriber(tiny_model).transcribe(np.zeros(0, dtype=np.float32))
+    assert (result.text, result.segments, result.duration) == ("", [], 0.0)
+
+
+# ---------------------------------------------------------------- longer than one window
+
+
+@pytest.fixture(scope="module")
+def long_audio(manifest: list[Clip]) -> tuple[np.ndarray, str]:
+    """Four read_en clips joined with 0.3 s of silence: 45 s, two windows at least."""
+    gap = np.zeros(4800, dtype=np.float32)
+    clips = [_clip(manifest, clip_id) for clip_id in LONG_CLIPS]
+    parts = []
+    for clip in clips:
+        parts += [load_audio(clip.wav), gap]
+    return np.concatenate(parts), " ".join(c.reference for c in clips)
+
+
+@pytest.mark.slow
+def test_long_audio_windows_prompts_and_quality(
+    tiny_model: Whisper, long_audio: tuple[np.ndarray, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    audio, reference_text = long_audio
+    prompts: list[tuple[int, ...]] = []
+    real = transcribe_module.decode_with_fallback
+
+    def recording(model, tokenizer, features, decode_options, options):  # type: ignore[no-untyped-def]
+        prompts.append(tuple(decode_options.prompt or ()))
+        return real(model, tokenizer, features, decode_options, options)
+
+    monkeypatch.setattr(transcribe_module, "decode_with_fallback", recording)
+    result = Transcriber(tiny_model).transcribe(audio)
+    duration = len(audio) / 16000
+    assert result.duration == pytest.approx(duration, abs=0.01)
+
+    seeks = sorted({s.seek for s in result.segments})
+    assert len(prompts) == len(seeks) >= 2  # every window held speech and gave segments
+    assert prompts[0] == ()
+    tokenizer = get_tokenizer(False)
+    for window in range(1, len(seeks)):
+        # conditioned on the text so far: the prompt is the tokens of every earlier window's segments
+        before = [t for s in result.segments if s.seek < seeks[window] for t in s.tokens]
+        assert prompts[window] and list(prompts[window]) == before
+        assert tokenizer.decode(list(prompts[window])).strip()
+
+    assert_segments_sane(result.segments, duration)
+    assert word_error_rate([reference_text], [result.text]) < 0.15
+
+
+def test_without_conditioning_no_prompt_is_passed(
+    tiny_model: Whisper, long_audio: tuple[np.ndarray, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    audio, _ = long_audio
+    prompts: list[tuple[int, ...] | None] = []
+    real = transcribe_module.decode_with_fallback
+
+    def recording(model, tokenizer, features, decode_options, options):  # type: ignore[no-untyped-def]
+        prompts.append(decode_options.prompt)  # type: ignore[arg-type]
+        return real(model, tokenizer, features, decode_options, options)
+
+    monkeypatch.setattr(transcribe_module, "decode_with_fallback", recording)
+    options = TranscribeOptions(condition_on_previous_text=False, initial_prompt="Chapter one.")
+    Transcriber(tiny_model).transcribe(audio[: 35 * 16000], options)
+    assert len(prompts) >= 2
+    assert prompts[0] == tuple(get_tokenizer(False).encode(" Chapter one."))  # the initial prompt, once
+    assert all(p is None for p in prompts[1:])
+
+
+# ---------------------------------------------------------------- whole categories (slow)
+
+
+@pytest.mark.slow
+def test_read_en_corpus_wer(
+    default_model: Whisper, manifest: list[Clip], record_property: Callable[[str, object], None]
+) -> None:
+    clips = [c for c in manifest if c.category == "read_en"]
+    assert len(clips) >= 50
+    transcriber = Transcriber(default_model)
+    hypotheses = [transcriber.transcribe(load_audio(c.wav)).text for c in clips]
+    wer = word_error_rate([c.reference for c in clips], hypotheses)
+    record_property("read_en_wer", wer)
+    print(f"read_en corpus WER (tiny.en, default compute type): {wer:.4f}")
+    assert wer <= READ_EN_WER_BOUND
+
+
+@pytest.fixture(scope="module")
+def nonspeech_texts(default_model: Whisper, manifest: list[Clip]) -> dict[str, str]:
+    """Transcript of every nonspeech clip (sampling at fallback temperatures seeded per clip)."""
+    clips = [c for c in manifest if c.category == "nonspeech"]
+    assert len(clips) >= 10
+    transcriber = Transcriber(default_model)
+    texts = {}
+    for clip in clips:
+        torch.manual_seed(0)
+        texts[clip.id] = transcriber.transcribe(load_audio(clip.wav)).text
+    counts = {k: word_count(v) for k, v in texts.items()}
+    print("nonspeech words per clip:", {k: (n, texts[k].strip()) for k, n in counts.items() if n})
+    print("nonspeech total words:", sum(counts.values()))
+    return texts
+
+
+@pytest.mark.slow
+def test_nonspeech_clips_give_few_words(
+    nonspeech_texts: dict[str, str], record_property: Callable[[str, object], None]
+) -> None:
+    total = sum(word_count(t) for t in nonspeech_texts.values())
+    record_property("nonspeech_words", total)
+    for clip_id, text in nonspeech_texts.items():
+        assert word_count(text) <= 20, (clip_id, text)  # a short hallucination at worst, never a loop
+        assert compression_ratio(text) <= 2.4, (clip_id, text)
+    assert nonspeech_texts["ns_gen_white_noise_-30dBFS_30s"].strip() == ""
+    assert total <= 80
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="we emit ~47 words over the nonspeech clips (music, dishes, laughter, tone, ' you' on digital "
+    "silence) against openai-whisper's 17",
+)
+def test_nonspeech_words_at_most_openai_whisper(nonspeech_texts: dict[str, str]) -> None:
+    assert sum(word_count(t) for t in nonspeech_texts.values()) <= OPENAI_WHISPER_NONSPEECH_WORDS
