@@ -53,6 +53,13 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             return None
         hint = args[0]
     origin = typing.get_origin(hint)
+    if not isinstance(value, str):  # a typed TOML value must already have the right type
+        expected = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}.get(hint)
+        wrong_bool = isinstance(value, bool) and hint is not bool
+        if origin is tuple and not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        if expected is not None and (wrong_bool or not isinstance(value, expected)):
+            raise ConfigError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
     try:
         if hint is bool:
             if isinstance(value, bool):

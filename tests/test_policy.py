@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fakes import ScriptedRecognizer, SpanVad, fake_encode, hyp
 
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
-from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 from streamwhisper.streaming.policy import CommitPolicy, find_loop, normalize_word, screen
 from streamwhisper.streaming.streamer import Streamer, run_sync
@@ -22,23 +22,13 @@ from streamwhisper.streaming.streamer import Streamer, run_sync
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("STREAMWHISPER_REGEN_GOLDEN") == "1"
 
-Spoken = tuple[str, float, float]  # a word with its absolute start and end (seconds)
-
-
-def hyp(words: Sequence[Spoken], offset: float = 0.0, **kw: Any) -> Hypothesis:
-    """A hypothesis whose words are given on the absolute clock of a window at ``offset``."""
-    ws = tuple(HypothesisWord(w, round(s - offset, 3), round(e - offset, 3), 0.9) for w, s, e in words)
-    fields: dict[str, Any] = dict(avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.2, language="en")
-    fields.update(kw)
-    return Hypothesis("".join(w.word for w in ws), (), ws, **fields)
+# The agreement mechanics alone: any window may commit, and a word only needs to end two of
+# Whisper's 20 ms steps before its window's end (the defaults are stricter; see their tests).
+AGREEMENT = PolicyConfig(commit_margin_s=0.04, min_commit_window_s=0.0)
 
 
 def texts(events: Sequence[Event]) -> list[tuple[str, str]]:
     return [(type(e).__name__, e.text) for e in events if isinstance(e, (Partial, Final))]
-
-
-def fake_encode(text: str) -> list[int]:
-    return [len(w) for w in text.split()]  # one "token" per word
 
 
 # --- pure helpers -----------------------------------------------------------------------------
@@ -86,7 +76,7 @@ def test_screen_rejects_silence_low_confidence_and_compression() -> None:
 
 
 def test_local_agreement_commits_the_confirmed_prefix() -> None:
-    p = CommitPolicy(encode_text=fake_encode)
+    p = CommitPolicy(AGREEMENT, encode_text=fake_encode)
     e1 = p.observe(hyp([(" Hello", 0.4, 0.8), (" word", 0.8, 1.0)]), 0.0, 1.0)
     assert texts(e1) == [("Partial", "Hello word")]
     e2 = p.observe(hyp([(" hello,", 0.4, 0.8), (" world", 0.8, 1.2), (" how", 1.3, 1.5)]), 0.0, 2.0)
@@ -100,7 +90,7 @@ def test_local_agreement_commits_the_confirmed_prefix() -> None:
 
 
 def test_a_word_cut_by_the_window_end_waits() -> None:
-    p = CommitPolicy()
+    p = CommitPolicy(AGREEMENT)
     p.observe(hyp([(" ask", 1.0, 1.3), (" not", 1.3, 1.6)]), 0.0, 1.6)
     # Both agree, but " not" reaches the end of the window: it may be cut there.
     assert texts(p.observe(hyp([(" ask", 1.0, 1.3), (" not", 1.3, 1.98)]), 0.0, 2.0)) == [
@@ -121,7 +111,7 @@ def test_unchanged_partial_is_not_repeated() -> None:
 
 
 def test_endpoint_finalises_the_rest() -> None:
-    p = CommitPolicy()
+    p = CommitPolicy(AGREEMENT)
     p.observe(hyp([(" one", 0.1, 0.4), (" two", 0.5, 0.8)]), 0.0, 1.0)
     p.observe(hyp([(" one", 0.1, 0.4), (" too", 0.5, 0.8)]), 0.0, 2.0)
     events = p.observe(hyp([(" two", 0.5, 0.8), (" three", 0.9, 1.3)], 0.4), 0.4, 2.5, endpoint=True)
@@ -141,7 +131,7 @@ def test_endpoint_finalises_the_rest() -> None:
 
 
 def test_endpoint_marks_an_utterance_even_when_everything_was_committed() -> None:
-    p = CommitPolicy()
+    p = CommitPolicy(AGREEMENT)
     p.observe(hyp([(" yes", 0.1, 0.4)]), 0.0, 1.0)
     p.observe(hyp([(" yes", 0.1, 0.4)]), 0.0, 2.0)  # committed by agreement
     assert p.close(2.6) == [Final("", 0.4, 0.4, (), 2, endpoint=True)]
@@ -154,7 +144,7 @@ def test_endpoint_marks_an_utterance_even_when_everything_was_committed() -> Non
 
 
 def test_boundary_words_are_neither_duplicated_nor_lost() -> None:
-    p = CommitPolicy()
+    p = CommitPolicy(AGREEMENT)
     p.observe(hyp([(" ask", 1.0, 1.3), (" not", 1.3, 1.6)]), 0.0, 2.0)
     p.observe(hyp([(" ask", 1.0, 1.3), (" not", 1.3, 1.6), (" what", 1.7, 1.9)]), 0.0, 2.5)
     assert p.committed_end == 1.6
@@ -197,56 +187,120 @@ def test_prompt_holds_the_last_committed_tokens() -> None:
     assert off.prompt == ()
 
 
+# --- default guards: short windows, the commit margin, prompt copies --------------------------
+
+ONE_TWO = [(" one", 0.5, 0.9), (" two", 1.0, 1.4)]
+
+
+def test_windows_shorter_than_min_commit_window_commit_nothing() -> None:
+    cfg = PolicyConfig()
+    assert cfg.min_commit_window_s == 3.0
+    p = CommitPolicy(cfg)
+    words = [(w, s + 10.0, e + 10.0) for w, s, e in ONE_TWO]
+    assert texts(p.observe(hyp(words, 10.0), 10.0, 11.5)) == [("Partial", "one two")]
+    # The next hypothesis agrees, but its window is 2.99 s long: agreement only.
+    assert p.observe(hyp(words, 10.0), 10.0, 12.99) == []
+    assert p.committed_end == 0.0 and [w.word for w in p.pending] == [" one", " two"]
+    # A window of min_commit_window_s commits what it agrees on with the short one before.
+    events = p.observe(hyp([*words, (" three", 12.0, 12.5)], 10.0), 10.0, 13.0)
+    assert texts(events) == [("Final", "one two"), ("Partial", "three")]
+    assert p.committed_end == 11.4
+
+
+def test_min_commit_window_is_configurable() -> None:
+    p = CommitPolicy(PolicyConfig(min_commit_window_s=1.0))
+    p.observe(hyp(ONE_TWO), 0.0, 1.9)
+    assert texts(p.observe(hyp(ONE_TWO), 0.0, 1.95)) == [("Final", "one two")]
+
+
+def test_an_endpoint_finalises_a_short_utterance() -> None:
+    p = CommitPolicy()  # the defaults: nothing commits in a 1.5 s window...
+    assert texts(p.observe(hyp(ONE_TWO), 0.0, 1.0)) == [("Partial", "one")]
+    assert texts(p.observe(hyp(ONE_TWO), 0.0, 1.5)) == [("Partial", "one two")]
+    # ...but the endpoint finalises it, agreed or not.
+    events = p.observe(hyp(ONE_TWO), 0.0, 1.8, endpoint=True)
+    assert texts(events) == [("Final", "one two")] and isinstance(events[0], Final) and events[0].endpoint
+    assert p.committed_end == 1.8
+
+
+# Four agreed words in a window [0, 3): they end 1.0, 0.55, 0.2 and 0.03 s before its end.
+AGREED = [(" a", 1.5, 2.0), (" b", 2.1, 2.45), (" c", 2.5, 2.8), (" d", 2.85, 2.97)]
+
+
+@pytest.mark.parametrize(
+    ("margin", "committed"),
+    [(0.02, "a b c d"), (0.04, "a b c"), (0.3, "a b"), (0.6, "a"), (1.1, "")],
+)
+def test_commit_margin_holds_back_words_near_the_window_end(margin: float, committed: str) -> None:
+    p = CommitPolicy(PolicyConfig(commit_margin_s=margin, min_commit_window_s=0.0))
+    p.observe(hyp(AGREED), 0.0, 3.0)
+    events = p.observe(hyp(AGREED), 0.0, 3.0)
+    finals = [e.text for e in events if isinstance(e, Final)]
+    assert finals == ([committed] if committed else [])
+    assert " ".join(w.word.strip() for w in p.pending) == "a b c d".removeprefix(committed).strip()
+    # The held words are committed once a longer window leaves them clear of its end.
+    if committed != "a b c d":
+        events = p.observe(hyp(AGREED), 0.0, 3.0 + margin + 0.05)
+        assert [e.text for e in events if isinstance(e, Final)] == ["a b c d".removeprefix(committed).strip()]
+
+
+def test_default_commit_margin() -> None:
+    assert PolicyConfig().commit_margin_s == 0.3
+    p = CommitPolicy()
+    p.observe(hyp(AGREED), 0.0, 3.0)
+    assert texts(p.observe(hyp(AGREED), 0.0, 3.0)) == [("Final", "a b"), ("Partial", "c d")]
+
+
+SAID = [(f" {w}", 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i, w in enumerate(["one", "two", "three", "four", "five", "six"])]
+
+
+def committed_six(config: PolicyConfig = AGREEMENT) -> CommitPolicy:
+    """A policy that committed "one two three four five six" (ending at 2.8 s)."""
+    p = CommitPolicy(config)
+    p.observe(hyp(SAID), 0.0, 3.0)
+    assert texts(p.observe(hyp(SAID), 0.0, 3.0)) == [("Final", "one two three four five six")]
+    return p
+
+
+def later(words: str, start: float = 3.0) -> list[tuple[str, float, float]]:
+    return [(f" {w}", start + 0.4 * i, start + 0.4 * i + 0.3) for i, w in enumerate(words.split())]
+
+
+def test_a_run_of_five_committed_words_is_dropped_as_a_prompt_copy() -> None:
+    assert (PolicyConfig().copy_min_words, PolicyConfig().copy_lookback_words) == (5, 60)
+    p = committed_six()
+    # The model copies five committed words (the prompt) into new audio: they are dropped.
+    events = p.observe(hyp(later("seven two three four five six eight"), 2.8), 2.8, 6.0)
+    assert texts(events) == [("Partial", "seven eight")]
+    # Case and punctuation do not hide a copy; the new words still agree and are committed.
+    events = p.observe(hyp(later("seven Two, three four five six. eight"), 2.8), 2.8, 6.5)
+    assert texts(events) == [("Final", "seven eight")]
+
+
+def test_a_run_of_four_committed_words_is_kept() -> None:
+    p = committed_six()
+    events = p.observe(hyp(later("seven three four five six eight"), 2.8), 2.8, 6.0)
+    assert texts(events) == [("Partial", "seven three four five six eight")]
+
+
+def test_prompt_copies_are_dropped_in_prefixed_windows_too() -> None:
+    p = committed_six()
+    # The window still holds the committed words (decoded as the prefix): only new words come.
+    events = p.observe(hyp(later("two three four five six seven")), 0.0, 6.0, prefixed=True)
+    assert texts(events) == [("Partial", "seven")]
+
+
+def test_copy_guard_lookback_and_switch() -> None:
+    # Committed words older than copy_lookback_words are not compared.
+    p = committed_six(dataclasses.replace(AGREEMENT, copy_lookback_words=5))
+    events = p.observe(hyp(later("one two three four five eight"), 2.8), 2.8, 6.0)
+    assert texts(events) == [("Partial", "one two three four five eight")]
+    p = committed_six(dataclasses.replace(AGREEMENT, copy_min_words=0))  # 0 disables the guard
+    events = p.observe(hyp(later("seven two three four five six eight"), 2.8), 2.8, 6.0)
+    assert texts(events) == [("Partial", "seven two three four five six eight")]
+
+
 # --- golden streams ---------------------------------------------------------------------------
-
-
-class ScriptedRecognizer:
-    """Returns pre-scripted hypotheses in order, words given on the absolute clock.
-
-    The script describes what the speaker said and when; each window hears the words that
-    overlap it (cut at its end), as a model would.
-    """
-
-    def __init__(self, streamer: Streamer, script: list[dict[str, Any]]) -> None:
-        self.streamer = streamer
-        self.script = list(script)
-        self.log: list[dict[str, Any]] = []
-
-    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
-        window = self.streamer.outstanding
-        assert window is not None and len(requests) == 1 and self.script, "unexpected request"
-        step = self.script.pop(0)
-        words = [(w, s, min(e, window.end)) for w, s, e in step["words"] if s < window.end and e > window.start]
-        self.log.append(
-            {
-                "start": window.start,
-                "end": window.end,
-                "endpoint": window.endpoint,
-                "prompt": list(requests[0].prompt),
-            }
-        )
-        return [hyp(words, window.start, **step.get("hyp", {}))]
-
-    def encode_text(self, text: str) -> list[int]:
-        return fake_encode(text)
-
-
-class PatternVad:
-    """Voiced in the given [start, end) second spans; 30 ms frames."""
-
-    frame_samples = 480
-
-    def __init__(self, spans: Sequence[tuple[float, float]]) -> None:
-        self.spans = spans
-        self.pos = 0
-
-    def classify(self, frames: np.ndarray) -> list[bool]:
-        out = []
-        for _ in range(frames.shape[0]):
-            t = self.pos / 16_000
-            out.append(any(a <= t < b for a, b in self.spans))
-            self.pos += self.frame_samples
-        return out
 
 
 def to_jsonable(event: Event) -> dict[str, Any]:
@@ -262,8 +316,14 @@ def to_jsonable(event: Event) -> dict[str, Any]:
     return {"type": type(event).__name__, **clean(dataclasses.asdict(event))}
 
 
-def run_scenario(name: str, seconds: float, spans: Sequence[tuple[float, float]], script: list[dict[str, Any]]) -> None:
-    streamer = Streamer(StreamingConfig(), encode_text=fake_encode, vad=PatternVad(spans))
+def run_scenario(
+    name: str,
+    seconds: float,
+    spans: Sequence[tuple[float, float]],
+    script: list[dict[str, Any]],
+    config: StreamingConfig | None = None,
+) -> None:
+    streamer = Streamer(config or StreamingConfig(), encode_text=fake_encode, vad=SpanVad(spans))
     recognizer = ScriptedRecognizer(streamer, script)
     audio = np.zeros(int(seconds * 16_000), dtype=np.float32)
     events = run_sync(streamer, recognizer, [audio[i : i + 1_600] for i in range(0, audio.shape[0], 1_600)])
@@ -288,6 +348,10 @@ def check_invariants(events: Sequence[Event]) -> None:
     assert vad == [SpeechStarted, SpeechEnded] * (len(vad) // 2)
 
 
+# Trim the window at every commit, with the agreement mechanics alone: the scenarios written for
+# LocalAgreement at the commit point (the defaults keep committed words as a forced prefix).
+TRIM_AT_COMMIT = StreamingConfig(trim_after_s=0.0, policy=AGREEMENT)
+
 HELLO = [
     (" Hello", 0.4, 0.8),
     (" world,", 0.8, 1.2),
@@ -304,6 +368,19 @@ def test_golden_agreement_and_endpoint() -> None:
     misheard = [(" Hello", 0.4, 0.8), (" word", 0.8, 1.0)]
     run_scenario(
         "agreement_endpoint",
+        seconds=6.0,
+        spans=[(0.3, 4.0)],
+        script=[{"words": misheard}] + [{"words": HELLO}] * 4,
+        config=TRIM_AT_COMMIT,
+    )
+
+
+def test_golden_agreement_with_default_settings() -> None:
+    # The same speech with the defaults: windows under 3 s commit nothing; then the committed
+    # words stay in the window and are sent as the forced prefix of the endpoint request.
+    misheard = [(" Hello", 0.4, 0.8), (" word", 0.8, 1.0)]
+    run_scenario(
+        "agreement_default",
         seconds=6.0,
         spans=[(0.3, 4.0)],
         script=[{"words": misheard}] + [{"words": HELLO}] * 4,
@@ -345,6 +422,7 @@ def test_golden_repetition_loop_is_cut() -> None:
             {"words": loop, "hyp": {"compression_ratio": 3.1}},
             {"words": said},
         ],
+        config=TRIM_AT_COMMIT,
     )
 
 
@@ -364,4 +442,5 @@ def test_golden_boundary_repeat_is_dropped() -> None:
             {"words": echo},
             {"words": echo[1:]},
         ],
+        config=TRIM_AT_COMMIT,
     )

@@ -3,99 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
 import pytest
+from fakes import SR, EnergyVad, Spoken, ToneRecognizer, label_of, synth
 
-from streamwhisper.audio.mel import mel_filters
 from streamwhisper.errors import AudioFormatError, ConfigError
-from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted
-from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
+from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
+from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.streaming.config import StreamingConfig
-from streamwhisper.streaming.streamer import Streamer, run_sync
+from streamwhisper.streaming.streamer import RequestWindow, Streamer, run_sync
 
-SR = 16_000
 MAX_RING = 30 * SR
-LABEL_BINS = np.arange(8, 80, 3)  # 24 well separated mel bins, one per word label
-FFT_FREQS = np.linspace(0, SR / 2, 201)
-LABEL_FREQS = FFT_FREQS[mel_filters(80)[LABEL_BINS].argmax(axis=1)]
-
-
-@dataclass(frozen=True)
-class Spoken:
-    label: int
-    start: float
-    end: float
-
-
-def synth(seconds: float, seed: int, continuous: tuple[float, float] = (0.0, 0.0)) -> tuple[np.ndarray, list[Spoken]]:
-    """Tone-burst "speech": words of 0.2-0.5 s, short gaps, sometimes a pause of 0.8-2 s.
-
-    Inside ``continuous`` there is no pause long enough for a VAD endpoint.
-    """
-    rng = np.random.default_rng(seed)
-    audio = np.zeros(int(seconds * SR), dtype=np.float32)
-    words: list[Spoken] = []
-    t = 0.5
-    while t < seconds - 3.0:
-        dur = float(rng.uniform(0.2, 0.5))
-        label = (len(words) * 7) % len(LABEL_BINS)  # neighbours differ; repeats every 24 words
-        a, b = round(t * SR), round((t + dur) * SR)
-        n = np.arange(b - a)
-        fade = np.minimum(1.0, np.minimum(n, b - a - n) / 160)
-        audio[a:b] = 0.3 * fade * np.sin(2 * np.pi * LABEL_FREQS[label] * n / SR)
-        words.append(Spoken(label, a / SR, b / SR))
-        t += dur
-        pause = rng.random() < 0.15 and not continuous[0] <= t < continuous[1]
-        t += float(rng.uniform(0.8, 2.0) if pause else rng.uniform(0.08, 0.2))
-    return audio, words
-
-
-class EnergyVad:
-    """A scripted VAD: a 30 ms frame is voiced when its RMS exceeds -40 dBFS."""
-
-    frame_samples = 480
-
-    def classify(self, frames: np.ndarray) -> list[bool]:
-        return (np.sqrt((frames.astype(np.float64) ** 2).mean(axis=1)) > 0.01).tolist()
-
-
-class ToneRecognizer:
-    """Finds the tone bursts in the request's mel and names each by its frequency.
-
-    Times come from the mel frames alone (window-relative), so they check the window offsets
-    the Streamer applies. ``unstable`` makes consecutive hypotheses never agree (each word gets
-    a suffix that alternates between calls), which forces commits by the window limit.
-    """
-
-    def __init__(self, unstable: bool = False) -> None:
-        self.unstable = unstable
-        self.requests: list[RecognitionRequest] = []
-
-    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
-        return [self._hear(r) for r in requests]
-
-    def encode_text(self, text: str) -> list[int]:
-        return [int(w[1:].rstrip("ab")) for w in text.split()]
-
-    def _hear(self, request: RecognitionRequest) -> Hypothesis:
-        self.requests.append(request)
-        mel = request.mel
-        active = mel.max(axis=0) > mel.max() - 0.75  # within 3 decades of the loudest frame
-        edges = np.flatnonzero(np.diff(np.concatenate([[0], active.astype(np.int8), [0]])))
-        suffix = "ab"[len(self.requests) % 2] if self.unstable else ""
-        words = []
-        for a, b in zip(edges[::2], edges[1::2], strict=True):
-            label = int(np.abs(LABEL_BINS - mel[:, a:b].mean(axis=1).argmax()).argmin())
-            words.append(HypothesisWord(f" w{label}{suffix}", a / 100, b / 100, 0.9))
-        text = "".join(w.word for w in words)
-        return Hypothesis(text, (), tuple(words), -0.2, 0.01, 1.2, "en")
-
-
-def label_of(word: str) -> int:
-    return int(word.strip()[1:].rstrip("ab"))
 
 
 def check_stream(events: Sequence[Event], spoken: Sequence[Spoken], tolerance: float = 0.06) -> None:
@@ -146,41 +66,124 @@ def feed_all(
     return events
 
 
-def test_five_minutes_of_speech_nothing_lost_or_duplicated() -> None:
+@pytest.mark.parametrize("trim_after_s", [0.0, 8.0])
+def test_five_minutes_of_speech_nothing_lost_or_duplicated(trim_after_s: float) -> None:
+    """Trim at every commit (0) or keep committed words as a forced prefix up to 8 s (default)."""
     audio, spoken = synth(300.0, seed=1, continuous=(100.0, 170.0))
     recognizer = ToneRecognizer()
-    streamer = Streamer(vad=EnergyVad(), key="session-1", encode_text=recognizer.encode_text)
+    config = StreamingConfig(trim_after_s=trim_after_s)
+    streamer = Streamer(config, vad=EnergyVad(), key="session-1", encode_text=recognizer.encode_text)
     events = feed_all(streamer, recognizer, audio, [1_600])
     check_stream(events, spoken)
     assert sum(isinstance(e, SpeechEnded) for e in events) >= 10
     for r in recognizer.requests:
         assert r.key == "session-1" and r.mel.shape[0] == 80 and 0 < r.mel.shape[1] <= 3_000
-    # Agreement keeps the window short even in the 70 s without a pause.
-    assert max(r.mel.shape[1] for r in recognizer.requests) < 800
-    # Requests are conditioned on the last committed words (at most 223 "tokens").
+    # Agreement keeps the window short even in the 70 s without a pause: at most trim_after_s
+    # plus the step (and a chunk) once agreement commits, less than 8 s when trimming at once.
+    limit = 800 if trim_after_s == 0 else round((trim_after_s + config.min_step_s + 0.1) * 100)
+    assert max(r.mel.shape[1] for r in recognizer.requests) <= limit
+    # Requests are conditioned on the last committed words (at most 223 "tokens"); the prompt
+    # and the forced prefix (the committed words in the window) are consecutive spoken words.
     labels = "".join(chr(65 + s.label) for s in spoken)
-    prompts = [r.prompt for r in recognizer.requests]
-    assert max(len(p) for p in prompts) == 223
-    assert all("".join(chr(65 + t) for t in p) in labels for p in prompts)
+    assert max(len(r.prompt) for r in recognizer.requests) == 223
+    assert all("".join(chr(65 + t) for t in r.prompt + r.prefix) in labels for r in recognizer.requests)
+    prefixed = sum(bool(r.prefix) for r in recognizer.requests)
+    if trim_after_s == 0:
+        assert prefixed == 0
+    else:  # requests carry committed words once an utterance has commits (121 of 291 here)
+        assert prefixed > len(recognizer.requests) // 4
 
 
+@pytest.mark.parametrize("prefix", [False, True], ids=["no-tokenizer", "prefix"])
 @pytest.mark.parametrize(("sizes", "lag"), [([137, 4_000, 16_000, 801], 0), ([8_000], 3), ([3_200, 12_345], 2)])
-def test_chunking_and_slow_completion_do_not_change_the_transcript(sizes: list[int], lag: int) -> None:
+def test_chunking_and_slow_completion_do_not_change_the_transcript(sizes: list[int], lag: int, prefix: bool) -> None:
+    """Without a tokenizer the window re-hears committed words and the policy drops them;
+    with one they are sent as the forced prefix."""
     audio, spoken = synth(90.0, seed=2, continuous=(20.0, 60.0))
-    events = feed_all(Streamer(vad=EnergyVad()), ToneRecognizer(), audio, sizes, lag=lag)
+    recognizer = ToneRecognizer()
+    streamer = Streamer(vad=EnergyVad(), encode_text=recognizer.encode_text if prefix else None)
+    events = feed_all(streamer, recognizer, audio, sizes, lag=lag)
     check_stream(events, spoken)
+    assert any(r.prefix for r in recognizer.requests) == prefix
 
 
-def test_window_limit_forces_commits_in_continuous_speech() -> None:
+@pytest.mark.parametrize("prefix", [False, True], ids=["no-tokenizer", "prefix"])
+def test_window_limit_forces_commits_in_continuous_speech(prefix: bool) -> None:
     audio, spoken = synth(100.0, seed=3, continuous=(0.0, 100.0))
-    streamer = Streamer(vad=EnergyVad())
     recognizer = ToneRecognizer(unstable=True)
+    streamer = Streamer(vad=EnergyVad(), encode_text=recognizer.encode_text if prefix else None)
     events = feed_all(streamer, recognizer, audio, [1_600])
     check_stream(events, spoken)
     finals = [e for e in events if isinstance(e, Final)]
     assert len(finals) >= 3 and not any(f.endpoint for f in finals[:-1])
     frames = [r.mel.shape[1] for r in recognizer.requests]
     assert max(frames) <= 2_000 + 100  # force_commit_s (20 s) plus one step
+
+
+def test_a_short_utterance_commits_only_at_its_endpoint() -> None:
+    # 2.4 s of speech: every window is shorter than min_commit_window_s (3 s).
+    audio, spoken = synth(5.5, seed=6, continuous=(0.0, 5.5))
+    assert 2.0 < spoken[-1].end - spoken[0].start < 3.0 - 0.3
+    recognizer = ToneRecognizer()
+    streamer = Streamer(vad=EnergyVad(), encode_text=recognizer.encode_text)
+    events = feed_all(streamer, recognizer, audio, [1_600])
+    check_stream(events, spoken)
+    finals = [e for e in events if isinstance(e, Final)]
+    assert len(finals) == 1 and finals[0].endpoint  # every word, at the endpoint
+    assert sum(isinstance(e, Partial) for e in events) >= 2 and len(recognizer.requests) >= 3
+    assert all(r.mel.shape[1] < 300 for r in recognizer.requests[:-1])  # the windows were short
+
+
+def test_committed_words_stay_in_the_window_as_a_forced_prefix_until_it_is_trim_after_s_long() -> None:
+    audio, spoken = synth(40.0, seed=5, continuous=(0.0, 40.0))
+    recognizer = ToneRecognizer()
+    config = StreamingConfig()
+    assert config.trim_after_s == 8.0
+    streamer = Streamer(config, vad=EnergyVad(), encode_text=recognizer.encode_text)
+    committed: list[Word] = []
+    # (window, request, words committed before it, audio fed when it completed)
+    log: list[tuple[RequestWindow, RecognitionRequest, tuple[Word, ...], float]] = []
+    events: list[Event] = []
+
+    def serve() -> None:
+        while (request := streamer.pending_request()) is not None:
+            window, before = streamer.outstanding, tuple(committed)
+            assert window is not None
+            done = streamer.complete(recognizer.recognize([request])[0])
+            committed.extend(w for e in done if isinstance(e, Final) for w in e.words)
+            events.extend(done)
+            log.append((window, request, before, streamer.time))
+
+    for i in range(0, audio.shape[0], 1_600):
+        events.extend(streamer.feed(audio[i : i + 1_600]))
+        serve()
+    events.extend(streamer.flush())
+    serve()
+    check_stream(events, spoken)
+    assert sum(isinstance(e, SpeechEnded) for e in events) == 1  # one long utterance
+
+    for window, request, before, _ in log:
+        # The prefix is exactly the committed words inside the window (none cut by its start),
+        # the prompt the committed words before it.
+        inside = [w for w in before if w.end > window.start]
+        assert all(w.start >= window.start for w in inside)
+        assert request.prefix == tuple(label_of(w.word) for w in inside)
+        outside = [label_of(w.word) for w in before if w.end <= window.start]
+        assert request.prompt == tuple(outside[-223:])
+        assert window.end - window.start <= config.trim_after_s + config.min_step_s + 0.1
+
+    trims = 0
+    for (a, _, _, fed), (b, request, before, _) in pairwise(log):
+        commit_point = before[-1].end if before else 0.0
+        if fed - a.start > config.trim_after_s and commit_point > a.start:
+            # Past trim_after_s the window is trimmed at the commit point: the prefix empties.
+            trims += 1
+            assert b.start == commit_point and request.prefix == () and request.prompt
+        else:  # otherwise the window keeps its start and the committed words as the prefix
+            assert b.start == a.start
+    assert trims >= 3
+    # Within a window the prefix grows as words are committed.
+    assert max(len(r.prefix) for _, r, _, _ in log) >= 10
 
 
 def test_overload_never_grows_the_ring() -> None:

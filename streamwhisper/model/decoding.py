@@ -291,7 +291,8 @@ def initial_tokens(tokenizer: Tokenizer, options: DecodeOptions, n_ctx: int, sam
     tokens = list(tokenizer.sot_sequence_including_notimestamps if options.without_timestamps else tokenizer.sot_sequence)
     if options.prefix:
         prefix = tokenizer.encode(" " + options.prefix.strip()) if isinstance(options.prefix, str) else list(options.prefix)
-        tokens += prefix[-(n_ctx // 2 - sample_len) :] if n_ctx // 2 - sample_len > 0 else []
+        budget = n_ctx // 2 - sample_len
+        tokens += prefix[-budget:] if budget > 0 else prefix
     if options.prompt:
         prompt = tokenizer.encode(" " + options.prompt.strip()) if isinstance(options.prompt, str) else list(options.prompt)
         tokens = [tokenizer.sot_prev] + prompt[-(n_ctx // 2 - 1) :] + tokens

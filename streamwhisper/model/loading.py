@@ -32,6 +32,7 @@ def _quantized(module: nn.Module, per_channel: bool) -> nn.Module:
         # torch 2.13 warns that its quantised tensor types are deprecated; they still work, and the
         # version is pinned. Revisit (torchao) when the pin moves.
         warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*", category=UserWarning)
+        warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning)
         return torch.ao.quantization.quantize_dynamic(module, {nn.Linear: qconfig}, inplace=True)
 
 

@@ -23,6 +23,7 @@ from .whisper import Whisper
 log = logging.getLogger(__name__)
 
 INPUT_STRIDE = 2  # mel frames per audio token
+DIGITAL_SILENCE = 1e-4  # peak amplitude (-80 dBFS) under which a window holds no signal
 TIME_PRECISION = INPUT_STRIDE * HOP_LENGTH / SAMPLE_RATE  # 0.02 s per timestamp token
 
 
@@ -162,6 +163,14 @@ class Transcriber:
             time_offset = seek * HOP_LENGTH / SAMPLE_RATE
             segment_size = min(N_FRAMES, content_frames - seek)
             mel_segment = pad_or_trim(mel[:, seek : seek + segment_size])
+            window_audio = audio[seek * HOP_LENGTH : (seek + segment_size) * HOP_LENGTH]
+            if window_audio.size and float(np.abs(window_audio).max()) < DIGITAL_SILENCE:
+                # Whisper hallucinates (" you") on digital zeros and its no-speech rule can't
+                # tell: a window without signal has nothing to transcribe.
+                seek += segment_size
+                if progress:
+                    progress(min(seek, content_frames) * HOP_LENGTH / SAMPLE_RATE, duration)
+                continue
             features = self.encode(mel_segment)
             prompt = tuple(all_tokens[prompt_reset_since:])
             result = decode_with_fallback(model, tokenizer, features, replace(decode_options, prompt=prompt or None), options)

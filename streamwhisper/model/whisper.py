@@ -56,9 +56,11 @@ class LayerNorm(nn.LayerNorm):
     """LayerNorm computed in float32 whatever the activations' dtype (fp16 safety)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dtype == torch.float32:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
             return super().forward(x)
-        return super().forward(x.float()).type(x.dtype)
+        weight = None if self.weight is None else self.weight.float()
+        bias = None if self.bias is None else self.bias.float()
+        return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).type(x.dtype)
 
 
 def _split_heads(x: Tensor, n_head: int) -> Tensor:
@@ -92,10 +94,15 @@ class SelfAttention(nn.Module):
         q, k, v = (_split_heads(t, self.n_head) for t in (q, k, v))  # (B, H, T, Dh)
         if cache is not None:
             k, v = cache.extend_self(layer, k, v)  # (B, H, past + T, Dh)
+        t, s = q.shape[2], k.shape[2]
+        if mask is None and causal and t > 1 and s > t:
+            # new tokens after cached ones: token i sees every cached key and new keys 0..i
+            # (SDPA's is_causal aligns a non-square mask top-left, which would hide the cache)
+            mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(diagonal=s - t)
         if mask is not None:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal and q.shape[2] > 1)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal and t > 1)
         return self.out(_merge_heads(out))
 
 

@@ -102,6 +102,7 @@ class CommitPolicy:
         self._shown = ""  # text of the partial the client currently shows
         self._finals_in_utterance = 0
         self._seq = 0
+        self._utterance_start: float | None = None  # window start of the utterance's first hypothesis
         self._prompt: tuple[int, ...] = ()
 
     @property
@@ -146,8 +147,11 @@ class CommitPolicy:
             return self.close(window_end)
         agreed = 0
         cfg = self._config
-        # Hypotheses of very short windows are guesses (Whisper needs context): no commits.
-        can_commit = window_end - window_start >= cfg.min_commit_window_s
+        # Hypotheses of the first seconds of an utterance are guesses (Whisper needs context):
+        # no commits until it is min_commit_window_s long (a trimmed window keeps its prompt).
+        if self._utterance_start is None:
+            self._utterance_start = window_start
+        can_commit = window_end - self._utterance_start >= cfg.min_commit_window_s
         for old, new in zip(self._pending if can_commit else (), placed, strict=False):
             # A word near the window's end may be cut there or still change: committing it
             # would put the trim point inside the word and leave a fragment for the next window.
@@ -175,6 +179,7 @@ class CommitPolicy:
         self._pending = []
         self._shown = ""
         self._finals_in_utterance = 0
+        self._utterance_start = None
         self._committed_end = max(self._committed_end, end)
         self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
         return events
