@@ -166,8 +166,9 @@ class TokenDecoder(Protocol):
 class GreedyDecoder:
     """Argmax at temperature 0, otherwise sampling; ``n_group`` rows per audio (best_of)."""
 
-    def __init__(self, temperature: float, eot: int, n_group: int = 1) -> None:
+    def __init__(self, temperature: float, eot: int, n_group: int = 1, generator: torch.Generator | None = None) -> None:
         self.temperature, self.eot, self.n_group = temperature, eot, n_group
+        self.generator = generator
 
     def reset(self) -> None:
         pass
@@ -176,7 +177,8 @@ class GreedyDecoder:
         if self.temperature == 0:
             next_tokens = logits.argmax(dim=-1)
         else:
-            next_tokens = torch.distributions.Categorical(logits=logits / self.temperature).sample()
+            probs = F.softmax(logits.float() / self.temperature, dim=-1)
+            next_tokens = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
         logprobs = F.log_softmax(logits.float(), dim=-1)
         current = logprobs[torch.arange(logprobs.shape[0]), next_tokens]
         finished = tokens[:, -1] == self.eot
@@ -320,10 +322,12 @@ def decode(
     audio_features: Tensor,
     options: DecodeOptions,
     cache: KVCache | None = None,
+    generator: torch.Generator | None = None,
 ) -> list[DecodingResult]:
     """Decode each row of ``audio_features`` (B, S, n_state) with the same options.
 
-    ``cache`` may hold the windows' cross-attention K/V already (it is reset to empty first).
+    ``cache`` may hold the windows' cross-attention K/V already (it is reset to empty first);
+    ``generator`` seeds sampling at temperature > 0 (reproducible fallbacks).
     """
     options.validate()
     n_audio = audio_features.shape[0]
@@ -350,7 +354,7 @@ def decode(
             else tokenizer
         )
         sub_cache = cache if len(rows) == n_audio else cache.select(torch.tensor(rows))
-        for row, result in zip(rows, _decode_group(model, tok, sub_cache, options, n_ctx, sample_len)):
+        for row, result in zip(rows, _decode_group(model, tok, sub_cache, options, n_ctx, sample_len, generator)):
             result.language = language
             result.language_probs = language_probs[row]
             results.append((row, result))  # type: ignore[arg-type]
@@ -359,7 +363,13 @@ def decode(
 
 
 def _decode_group(
-    model: Whisper, tokenizer: Tokenizer, cache: KVCache, options: DecodeOptions, n_ctx: int, sample_len: int
+    model: Whisper,
+    tokenizer: Tokenizer,
+    cache: KVCache,
+    options: DecodeOptions,
+    n_ctx: int,
+    sample_len: int,
+    generator: torch.Generator | None = None,
 ) -> list[DecodingResult]:
     n_audio = cache.batch_size
     prompt = initial_tokens(tokenizer, options, n_ctx, sample_len)
@@ -370,7 +380,7 @@ def _decode_group(
         decoder: TokenDecoder = BeamSearchDecoder(options.beam_size, tokenizer.eot, options.patience)
     else:
         n_group = options.best_of or 1
-        decoder = GreedyDecoder(options.temperature, tokenizer.eot, n_group)
+        decoder = GreedyDecoder(options.temperature, tokenizer.eot, n_group, generator)
     filters: list[LogitFilter] = []
     if options.suppress_blank:
         filters.append(SuppressBlank(tokenizer, sample_begin))

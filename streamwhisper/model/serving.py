@@ -51,6 +51,8 @@ class WhisperRecognizer:
         self.model = model
         self.options = options or RecognizerOptions()
         self._tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
+        # fallback sampling is seeded: the same audio gives the same captions
+        self._generator = torch.Generator(device=model.device).manual_seed(0)
 
     def encode_text(self, text: str) -> list[int]:
         return self._tokenizer.encode(text)
@@ -93,7 +95,7 @@ class WhisperRecognizer:
         )
         result = None
         for temperature in opts.temperatures:
-            result = decode(model, self._tokenizer, features, with_temperature(base, temperature), cache)[0]
+            result = decode(model, self._tokenizer, features, with_temperature(base, temperature), cache, self._generator)[0]
             retry = result.compression_ratio > opts.compression_ratio_threshold or (
                 result.avg_logprob < opts.logprob_threshold and result.no_speech_prob <= opts.no_speech_threshold
             )

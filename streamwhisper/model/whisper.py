@@ -118,7 +118,8 @@ class CrossAttention(nn.Module):
 
     def project_audio(self, audio: Tensor) -> tuple[Tensor, Tensor]:
         k, v = self.kv(audio).chunk(2, dim=-1)
-        return _split_heads(k, self.n_head), _split_heads(v, self.n_head)  # (B, H, S, Dh)
+        # contiguous once per window, not copied again by attention at every token
+        return _split_heads(k, self.n_head).contiguous(), _split_heads(v, self.n_head).contiguous()  # (B, H, S, Dh)
 
     def forward(self, x: Tensor, k: Tensor, v: Tensor, want_qk: bool = False) -> tuple[Tensor, Tensor | None]:
         q = _split_heads(self.query(x), self.n_head)  # (B, H, T, Dh)

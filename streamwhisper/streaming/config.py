@@ -55,6 +55,10 @@ class PolicyConfig:
     # Below this average log-probability a hypothesis is dropped whatever no_speech_prob says;
     # Whisper retries at a higher temperature below -1.0, so -1.5 is "even the retry failed".
     logprob_floor: float = -1.5
+    # Stricter than offline Whisper, since a live caption can't be taken back: a window the model
+    # itself calls non-speech, or whose words it barely believes, is dropped whatever its text.
+    no_speech_hard_threshold: float = 0.6
+    min_mean_word_probability: float = 0.5
     compression_ratio_threshold: float = 2.4
     # An n-gram (n <= loop_max_ngram) repeated loop_min_repeats times in a row is a decoding loop
     # (unigrams need one more repeat: "no no no" is speech); the hypothesis is cut after its

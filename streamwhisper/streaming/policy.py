@@ -58,6 +58,26 @@ def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int) -> int | N
     return best
 
 
+NON_LEXICAL = frozenset({"oh", "ah", "uh", "um", "hmm", "mm", "mhm", "ha", "haha", "hahaha", "huh", "whoa", "wow", "ooh", "aah"})
+
+
+def is_non_lexical(words: Sequence[HypothesisWord]) -> bool:
+    """A hypothesis of nothing but fillers, lone letters or sound-event captions.
+
+    On music and noise Whisper writes "Oh, oh,", "W", "APPLAUSE", "(music)" or "♪": captions of
+    sounds, not of speech.
+    """
+    for w in words:
+        text = w.word.strip()
+        key = normalize_word(text)
+        if not key or key in NON_LEXICAL or len(key) == 1:
+            continue
+        if text[:1] in "([♪*" or (text.isupper() and len(key) >= 4):
+            continue
+        return False
+    return True
+
+
 def screen(hypothesis: Hypothesis, config: PolicyConfig) -> tuple[tuple[HypothesisWord, ...], str]:
     """The usable words of a hypothesis and why the rest was dropped ('' when nothing was).
 
@@ -69,7 +89,13 @@ def screen(hypothesis: Hypothesis, config: PolicyConfig) -> tuple[tuple[Hypothes
         return (), "no_speech"
     if hypothesis.avg_logprob < config.logprob_floor:
         return (), "low_logprob"
+    if hypothesis.no_speech_prob > config.no_speech_hard_threshold:
+        return (), "no_speech_hard"
+    if hypothesis.words and sum(w.probability for w in hypothesis.words) / len(hypothesis.words) < config.min_mean_word_probability:
+        return (), "low_word_probability"
     words = tuple(w for w in hypothesis.words if normalize_word(w.word))
+    if words and is_non_lexical(words):
+        return (), "non_lexical"
     cut = find_loop([normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats)
     if cut is not None:
         return words[:cut], "loop"

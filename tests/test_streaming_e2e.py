@@ -1,0 +1,100 @@
+"""The streaming core with the real tiny.en model, replayed on a virtual clock (no sleeping)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streamwhisper.audio.files import load_audio
+from streamwhisper.bench import replay
+from streamwhisper.cli import main
+from streamwhisper.evaluation import Clip, read_manifest, word_error_rate
+from streamwhisper.events import Final, Partial
+from streamwhisper.model.loading import load_model
+from streamwhisper.model.serving import WhisperRecognizer
+from streamwhisper.model.transcribe import Transcriber
+from streamwhisper.model.whisper import Whisper
+from streamwhisper.streaming.streamer import Streamer
+
+
+@pytest.fixture(scope="module")
+def model() -> Whisper:
+    return load_model("tiny.en")  # the default compute type, as the daemon runs it
+
+
+@pytest.fixture(scope="module")
+def manifest(shared_data) -> list[Clip]:  # type: ignore[no-untyped-def]
+    return read_manifest(shared_data / "eval" / "manifest.tsv")
+
+
+def stream(model: Whisper, clip: Clip) -> list[object]:
+    recognizer = WhisperRecognizer(model)
+    timeline, _ = replay(Streamer(encode_text=recognizer.encode_text), recognizer, load_audio(clip.wav), aware=False)
+    return [event for _, event in timeline]
+
+
+def check_invariants(events: list[object]) -> list[Final]:
+    finals = [e for e in events if isinstance(e, Final)]
+    seqs = [e.seq for e in events if isinstance(e, (Partial, Final))]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), "seq must increase by event"
+    last_end = 0.0
+    for final in finals:  # append-only: each final starts where the previous one ended, or later
+        words = list(final.words)
+        assert final.start >= last_end - 1e-6, (final, last_end)
+        for a, b in zip(words, words[1:]):
+            assert a.start <= a.end <= b.start + 1e-6, (a, b)
+        if words:
+            last_end = words[-1].end
+    return finals
+
+
+def by_id(manifest: list[Clip], clip_id: str) -> Clip:
+    return next(c for c in manifest if c.id == clip_id)
+
+
+def test_jfk_streams_its_transcript(model: Whisper, manifest: list[Clip]) -> None:
+    clip = by_id(manifest, "en_jfk")
+    finals = check_invariants(stream(model, clip))
+    text = " ".join(f.text for f in finals)
+    assert word_error_rate([clip.reference], [text]) <= 0.15, text
+    assert finals[-1].endpoint
+
+
+@pytest.mark.slow
+def test_longform_clip_streams_close_to_offline(model: Whisper, manifest: list[Clip]) -> None:
+    clip = by_id(manifest, "long_pd_bush_radio_address_2008-11-01")
+    finals = check_invariants(stream(model, clip))
+    streamed = word_error_rate([clip.reference], [" ".join(f.text for f in finals)])
+    offline = word_error_rate([clip.reference], [Transcriber(model).transcribe(load_audio(clip.wav)).text])
+    assert streamed <= offline + 0.04, (streamed, offline)
+
+
+@pytest.mark.slow
+def test_nonspeech_clips_give_no_final(model: Whisper, manifest: list[Clip]) -> None:
+    """Music, animals, noise, room tone, silence and tones give no final at all.
+
+    Laughter is the one open gap (measured: "I don't think this is what I", 7 words over the
+    10.1 minutes of non-speech; the target is at most 1 word per 10 minutes): bounded here so
+    that it cannot grow, and tracked in the streaming issue.
+    """
+    heard = {}
+    for clip in (c for c in manifest if c.category == "nonspeech"):
+        finals = [e for e in stream(model, clip) if isinstance(e, Final) and e.text]
+        if finals:
+            heard[clip.id] = " ".join(f.text for f in finals)
+    laughter = heard.pop("ns_vocal_laughter", "")
+    assert not heard, heard
+    assert len(laughter.split()) <= 8, laughter
+
+
+def test_bench_command_prints_the_figures(capsys: pytest.CaptureFixture[str], shared_data) -> None:  # type: ignore[no-untyped-def]
+    wav = shared_data / "eval" / "wav" / "read_en" / "en_jfk.wav"
+    assert main(["bench", str(wav), "--unaware", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    for key in ("wer", "offline_wer", "final_latency_p50", "final_latency_p95", "partial_latency_p50",
+                "partial_latency_p95", "revision_rate", "rtf", "peak_rss_mb", "audio_seconds"):
+        assert key in summary, key
+    assert summary["audio_seconds"] == pytest.approx(11.0, abs=0.05)
+    assert 0 <= summary["wer"] <= 0.2  # against the offline transcript of the same model
+    assert summary["final_latency_p50"] is not None and summary["final_latency_p50"] >= 0
