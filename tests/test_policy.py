@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from fakes import ScriptedRecognizer, SpanVad, fake_encode, hyp
 
+from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 from streamwhisper.streaming.policy import CommitPolicy, find_loop, normalize_word, screen
@@ -61,8 +62,12 @@ def test_screen_rejects_silence_low_confidence_and_compression() -> None:
     cfg = PolicyConfig()
     words = [(" hi", 0.0, 0.3)]
     assert screen(hyp(words, no_speech_prob=0.9, avg_logprob=-1.2), cfg) == ((), "no_speech")
-    # Confident text wins over a high no-speech probability (Whisper's rule needs both).
-    assert screen(hyp(words, no_speech_prob=0.9, avg_logprob=-0.3), cfg)[1] == ""
+    # Whisper's rule needs both: confident text wins over a high no-speech probability...
+    whisper_rule = PolicyConfig(no_speech_hard_threshold=1.0)
+    assert screen(hyp(words, no_speech_prob=0.9, avg_logprob=-0.3), whisper_rule)[1] == ""
+    # ...but live captions drop what the model itself calls non-speech (no_speech_hard_threshold)
+    assert screen(hyp(words, no_speech_prob=0.9, avg_logprob=-0.3), cfg) == ((), "no_speech_hard")
+    assert screen(hyp(words, no_speech_prob=0.5, avg_logprob=-0.3), cfg)[1] == ""
     assert screen(hyp(words, avg_logprob=-1.6), cfg) == ((), "low_logprob")
     assert screen(hyp(words, compression_ratio=2.5), cfg) == ((), "compression_ratio")
     looped = [(" thank", 0.0, 0.2), (" you", 0.2, 0.4)] * 4
@@ -102,9 +107,9 @@ def test_a_word_cut_by_the_window_end_waits() -> None:
 
 def test_unchanged_partial_is_not_repeated() -> None:
     p = CommitPolicy()
-    assert texts(p.observe(hyp([(" a", 0.0, 0.5)]), 0.0, 1.0)) == [("Partial", "a")]
-    assert texts(p.observe(hyp([(" b", 0.0, 0.5)]), 0.0, 2.0)) == [("Partial", "b")]
-    assert p.observe(hyp([(" c", 0.0, 0.5)], no_speech_prob=0.99, avg_logprob=-2.0), 0.0, 3.0) == [
+    assert texts(p.observe(hyp([(" yes", 0.0, 0.5)]), 0.0, 1.0)) == [("Partial", "yes")]
+    assert texts(p.observe(hyp([(" no", 0.0, 0.5)]), 0.0, 2.0)) == [("Partial", "no")]
+    assert p.observe(hyp([(" maybe", 0.0, 0.5)], no_speech_prob=0.99, avg_logprob=-2.0), 0.0, 3.0) == [
         Partial("", 0.0, 0.0, (), 2)
     ]
     assert p.observe(hyp([]), 0.0, 3.5) == []
@@ -444,3 +449,29 @@ def test_golden_boundary_repeat_is_dropped() -> None:
         ],
         config=TRIM_AT_COMMIT,
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "dropped"),
+    [
+        ("Oh, oh, oh.", True),
+        ("APPLAUSE", True),
+        ("(music) ♪", True),
+        (" W E", True),
+        (" I", False),
+        (" a cat", False),
+        (" Oh, NASA called.", False),
+    ],
+)
+def test_non_lexical_hypotheses_are_dropped(text: str, dropped: bool) -> None:
+    words = [(" " + w, i * 0.3, i * 0.3 + 0.2) for i, w in enumerate(text.split())]
+    kept, reason = screen(hyp(words), PolicyConfig())
+    assert (reason == "non_lexical") is dropped, (text, reason)
+    assert (not kept) is dropped
+
+
+def test_low_word_probability_is_dropped() -> None:
+    words = (HypothesisWord(" hello", 0.0, 0.4, 0.3), HypothesisWord(" there", 0.4, 0.8, 0.6))
+    low = Hypothesis(" hello there", (), words, avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.0, language="en")
+    assert screen(low, PolicyConfig()) == ((), "low_word_probability")
+    assert screen(low, PolicyConfig(min_mean_word_probability=0.4))[1] == ""

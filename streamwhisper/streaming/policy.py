@@ -70,7 +70,7 @@ def is_non_lexical(words: Sequence[HypothesisWord]) -> bool:
     for w in words:
         text = w.word.strip()
         key = normalize_word(text)
-        if not key or key in NON_LEXICAL or len(key) == 1:
+        if not key or key in NON_LEXICAL or (len(key) == 1 and key.isalpha() and key not in ("a", "i")):
             continue
         if text[:1] in "([♪*" or (text.isupper() and len(key) >= 4):
             continue
