@@ -75,3 +75,15 @@ def tiny_model():
     from streamwhisper.model.loading import load_model
 
     return load_model("tiny.en", compute_type="float32")
+
+
+@pytest.fixture(scope="session")
+def base_model():  # type: ignore[no-untyped-def]
+    """base (multilingual) in float32, loaded once per test session; skips if not installed."""
+    from streamwhisper.errors import ModelLoadError
+    from streamwhisper.model.loading import load_model
+
+    try:
+        return load_model("base", compute_type="float32")
+    except ModelLoadError as exc:
+        pytest.skip(f"base not installed: {exc}")

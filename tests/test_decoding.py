@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from streamwhisper.audio.files import load_audio
-from streamwhisper.errors import ConfigError, ModelLoadError
+from streamwhisper.errors import ConfigError
 from streamwhisper.evaluation import normalize, word_error_rate
 from streamwhisper.model.decoding import (
     ApplyTimestampRules,
@@ -30,7 +30,6 @@ from streamwhisper.model.decoding import (
     suppress_token_ids,
     with_temperature,
 )
-from streamwhisper.model.loading import load_model
 from streamwhisper.model.tokenizer import Tokenizer, get_tokenizer
 from streamwhisper.model.transcribe import TranscribeOptions, Transcriber
 from streamwhisper.model.whisper import Whisper
@@ -43,14 +42,6 @@ DETECT_CLIPS = ["ml_de_picovoice", "ml_es_picovoice", "ml_ja_picovoice", "ml_it_
 
 
 # ---------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def base_model() -> Whisper:
-    try:
-        return load_model("base", compute_type="float32")
-    except ModelLoadError as exc:
-        pytest.skip(f"base not installed: {exc}")
 
 
 @pytest.fixture(scope="module")

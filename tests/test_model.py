@@ -15,7 +15,7 @@ import torch
 
 from streamwhisper.audio.files import load_audio
 from streamwhisper.audio.mel import N_FRAMES, N_SAMPLES, log_mel
-from streamwhisper.errors import ConfigError, ModelLoadError
+from streamwhisper.errors import ConfigError
 from streamwhisper.evaluation import word_error_rate
 from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
@@ -32,15 +32,6 @@ GERMAN = Path("eval") / "wav" / "multilingual" / "ml_de_picovoice.wav"
 
 
 # ---------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def base_model() -> Whisper:
-    """base (multilingual) in float32, loaded once for the module."""
-    try:
-        return load_model("base", compute_type="float32")
-    except ModelLoadError as exc:
-        pytest.skip(f"base not installed: {exc}")
 
 
 @pytest.fixture(scope="module")
