@@ -366,6 +366,8 @@ def download_official(name: str, root: Path | None = None, base_url: str | None 
             raise ModelLoadError(f"{url}: downloaded file fails its SHA-256 check (got {digest.hexdigest()[:12]}…)")
         os.replace(tmp_name, target)
     except (urllib.error.URLError, OSError) as exc:
+        if isinstance(exc, urllib.error.HTTPError):
+            exc.close()  # an HTTP error holds the open response
         reason = getattr(exc, "reason", None) or exc
         raise ModelLoadError(
             f"cannot download model {name!r} from {url}: {reason} "
