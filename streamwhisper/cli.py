@@ -1,4 +1,4 @@
-"""The ``streamwhisper`` command: transcribe | models | bench.
+"""The ``streamwhisper`` command: serve | transcribe | models | bench.
 
 The only place that configures logging and turns errors into one line on stderr and an exit code.
 """
@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="list known and installed models")
     m.add_argument("--config", metavar="FILE", help=argparse.SUPPRESS)
 
+    sv = sub.add_parser("serve", help="run the streaming transcription daemon (WebSocket)")
+    _add_model_flags(sv)
+    sv.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, help="port (default 8765; 0 = any free port)")
+
     from .bench import add_bench_parser
 
     add_bench_parser(sub, _add_model_flags)
@@ -70,7 +75,8 @@ def resolve_config(args: argparse.Namespace) -> Config:
             "device": getattr(args, "device", None),
             "compute_type": getattr(args, "compute_type", None),
             "threads": getattr(args, "threads", None),
-        }
+        },
+        "server": {"host": getattr(args, "host", None), "port": getattr(args, "port", None)},
     }
     return load_config(getattr(args, "config", None), overrides=overrides)
 
@@ -145,6 +151,26 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     return EXIT_ERROR if failures else 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .model.serving import WhisperRecognizer
+    from .runtime.server import Daemon, warm_up
+
+    config = resolve_config(args)
+    recognizer = WhisperRecognizer(load_configured_model(config))
+    warm_up(recognizer)
+
+    async def run() -> None:
+        daemon = Daemon(config, recognizer, config.model.name)
+        await daemon.start()
+        print(f"streamwhisper: serving {config.model.name} on {daemon.url}/v1/stream (Ctrl-C to stop)", file=sys.stderr)
+        await daemon.serve_forever()
+
+    asyncio.run(run())
+    return 0
+
+
 def _run_with_progress(transcriber, audio, options, show: bool, name: str):  # type: ignore[no-untyped-def]
     if not show:
         return transcriber.transcribe(audio, options)
@@ -164,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    commands = {"transcribe": cmd_transcribe, "models": cmd_models}
+    commands = {"transcribe": cmd_transcribe, "models": cmd_models, "serve": cmd_serve}
     from .bench import cmd_bench
 
     commands["bench"] = cmd_bench

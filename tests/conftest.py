@@ -87,3 +87,11 @@ def base_model():  # type: ignore[no-untyped-def]
         return load_model("base", compute_type="float32")
     except ModelLoadError as exc:
         pytest.skip(f"base not installed: {exc}")
+
+
+@pytest.fixture(scope="session")
+def serving_model():  # type: ignore[no-untyped-def]
+    """tiny.en with the default compute type, as the daemon runs it. Do not modify it."""
+    from streamwhisper.model.loading import load_model
+
+    return load_model("tiny.en")

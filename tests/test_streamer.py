@@ -225,22 +225,49 @@ def test_every_vad_endpoint_gets_its_endpoint_request() -> None:
     assert window is not None and not window.endpoint and window.start == first_end
 
 
-def test_utterances_merge_only_when_a_request_blocks_the_endpoint() -> None:
+def test_utterances_queued_behind_an_outstanding_request_stay_apart() -> None:
     audio = np.zeros(6 * SR, dtype=np.float32)
     audio[int(0.5 * SR) : int(1.7 * SR)] = 0.3
     audio[int(2.4 * SR) : int(2.8 * SR)] = 0.3
+    audio[int(3.6 * SR) : int(3.9 * SR)] = 0.3
     streamer = Streamer(vad=EnergyVad())
     streamer.feed(audio[: int(1.6 * SR)])
     assert streamer.pending_request() is not None
-    # Both utterances end while the first request is outstanding: one endpoint for both.
-    events = streamer.feed(audio[int(1.6 * SR) : int(4.0 * SR)])
-    assert [type(e) for e in events] == [SpeechEnded, SpeechStarted, SpeechEnded]
+    # Three utterances end while the first request is outstanding: the first keeps its own
+    # endpoint; the second and third (one queued utterance at most) share one.
+    events = streamer.feed(audio[int(1.6 * SR) : int(5.0 * SR)])
+    assert [type(e) for e in events] == [SpeechEnded, SpeechStarted, SpeechEnded, SpeechStarted, SpeechEnded]
     streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
     assert streamer.pending_request() is not None
     window = streamer.outstanding
-    assert window is not None and window.endpoint and window.start == 0.18 and window.end > 3.2
+    assert window is not None and window.endpoint and window.start == 0.18 and 2.1 < window.end < 2.4
+    streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
+    assert streamer.pending_request() is not None
+    window = streamer.outstanding
+    assert window is not None and window.endpoint and 2.1 < window.start < 2.4 and window.end > 4.2
     streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
     assert streamer.pending_request() is None and streamer.flush() == [] and streamer.finished
+
+
+def test_finalize_forces_an_endpoint_and_speech_goes_on() -> None:
+    audio = np.zeros(6 * SR, dtype=np.float32)
+    audio[int(0.5 * SR) : int(4.0 * SR)] = 0.3
+    streamer = Streamer(vad=EnergyVad())
+    streamer.feed(audio[: int(1.6 * SR)])
+    assert streamer.pending_request() is not None
+    streamer.feed(audio[int(1.6 * SR) : int(2.0 * SR)])
+    assert streamer.finalize() == []  # the endpoint waits for the outstanding request
+    assert streamer.finalize() == []  # idempotent
+    streamer.feed(audio[int(2.0 * SR) : int(3.0 * SR)])
+    streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
+    assert streamer.pending_request() is not None
+    window = streamer.outstanding
+    assert window is not None and window.endpoint and window.end == 2.0
+    streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
+    streamer.feed(audio[int(3.0 * SR) :])
+    assert streamer.pending_request() is not None
+    window = streamer.outstanding
+    assert window is not None and window.start == 2.0, "speech after the forced endpoint is a new utterance"
 
 
 def test_request_protocol() -> None:

@@ -93,6 +93,7 @@ class Streamer:
         self._window_start = 0  # its first uncommitted sample (hop-aligned)
         self._endpoint_at: int | None = None  # it ended here; its endpoint request is due
         self._next_start: int | None = None  # the next utterance began before that request
+        self._next_end: int | None = None  # ... and ended before it, too
         self._floor = 0  # the next utterance starts after the last one
         self._last_request_end = 0
         self._inflight: _Inflight | None = None
@@ -187,6 +188,18 @@ class Streamer:
         events.extend(self._settle())
         return events
 
+    def finalize(self) -> list[Event]:
+        """Force an endpoint now (a client's "finalize"): the utterance so far becomes final.
+
+        Speech that goes on after this point is recognised as a new utterance.
+        """
+        if self._flushed or not self._active or self._endpoint_at is not None:
+            return []
+        self._endpoint_at = max(self._ring.end, self._window_start)
+        if self._detector.speaking:
+            self._next_start = _align_down(self._ring.end)
+        return self._settle()
+
     def pending_request(self) -> RecognitionRequest | None:
         """The request to run now, or None; it stays outstanding until :meth:`complete`.
 
@@ -258,20 +271,24 @@ class Streamer:
             start = _align_down(boundary.sample - self._pre_roll)
             if not self._active:
                 self._begin(max(start, _align_up(self._ring.start), self._floor))
-            else:  # the last utterance still waits for its endpoint request: queue this one
-                self._next_start = start
+            elif self._next_start is None:  # the last utterance still waits for its endpoint
+                self._next_start = start  # request: queue this one
+            else:  # a third utterance before that request: it merges with the queued one
+                self._next_end = None
             return [SpeechStarted(boundary.sample / SAMPLE_RATE)]
-        if self._active:
-            # A queued utterance that ends before the endpoint request of the one before it
-            # could be issued (a request was outstanding all along) merges with it: one
-            # pending endpoint at a time keeps the state bounded.
+        if self._active and self._endpoint_at is not None and self._next_start is not None:
+            # The queued utterance ended too before the endpoint request of the one before it
+            # could be issued (a request was outstanding all along): remember its end. One
+            # pending and one queued utterance at most keeps the state bounded.
+            self._next_end = max(boundary.detected, self._next_start)
+        elif self._active:
             self._next_start = None
             self._endpoint_at = max(boundary.detected, self._window_start)
         return [SpeechEnded(boundary.sample / SAMPLE_RATE)]
 
     def _begin(self, start: int) -> None:
         self._active = True
-        self._endpoint_at = self._next_start = None
+        self._endpoint_at = self._next_start = self._next_end = None
         self._window_start = self._last_request_end = start
         self._mel.reset(start)
 
@@ -281,7 +298,10 @@ class Streamer:
         self._floor = _align_up(self._endpoint_at)
         self._endpoint_at = None
         if self._next_start is not None:
+            queued_end = self._next_end
             self._begin(max(self._next_start, self._floor, _align_up(self._ring.start)))
+            if queued_end is not None:
+                self._endpoint_at = max(queued_end, self._window_start)
         else:
             self._mel.reset(self._floor)  # empties the cache until the next utterance
 

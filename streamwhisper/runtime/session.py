@@ -1,0 +1,414 @@
+"""One task per stream: client messages -> Streamer -> worker -> events -> client.
+
+A session reads the socket (bounded by the message size limit and TCP backpressure), feeds the
+pure :class:`Streamer`, keeps at most one recognition request at the worker, and queues the
+resulting messages in a bounded :class:`Outbox` that a writer task drains. However it ends (end
+of stream, finalize, bad input, shutdown, limits) the audio it already received becomes finals
+that are sent before the close, unless the client itself is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import dataclasses
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from streamwhisper.audio.convert import StreamResampler, pcm_to_float32
+from streamwhisper.audio.mel import SAMPLE_RATE
+from streamwhisper.config import Config
+from streamwhisper.errors import AudioFormatError, ProtocolError, StreamWhisperError
+from streamwhisper.events import Event, Final, Partial
+from streamwhisper.model.recognizer import Hypothesis
+from streamwhisper.streaming.config import StreamingConfig
+from streamwhisper.streaming.streamer import Streamer
+
+from . import wire
+from .metrics import Metrics
+from .worker import InferenceWorker, WorkerOverloaded
+
+logger = logging.getLogger(__name__)
+
+
+class Dialect(Protocol):
+    """How one protocol (native, or a compatible one) reads client text and writes events."""
+
+    name: str
+
+    def settings(self, query: dict[str, str]) -> wire.SessionSettings: ...
+
+    def parse(self, text: str) -> wire.ClientMessage: ...
+
+    def ready(self, session: SessionInfo) -> str | None: ...
+
+    def event(self, event: Event, session: SessionInfo) -> str | None: ...
+
+    def error(self, code: str, message: str) -> str | None: ...
+
+    def status(self, lag_s: float, step_s: float) -> str | None: ...
+
+    def closed(self, session: SessionInfo, reason: str) -> str | None: ...
+
+
+@dataclass
+class SessionInfo:
+    """What dialects may read about a session."""
+
+    id: str
+    model: str
+    settings: wire.SessionSettings
+    limits: dict[str, Any]
+    audio_seconds: float = 0.0
+    words: int = 0
+    finals: int = 0
+
+
+@dataclass
+class ServerContext:
+    """What every session shares: settings, the worker, metrics and the shutdown signal."""
+
+    config: Config
+    worker: InferenceWorker
+    metrics: Metrics
+    model_name: str
+    shutdown: asyncio.Event
+    sessions: set[Session] = dataclasses.field(default_factory=set)
+
+    def mean_lag(self) -> float:
+        lags = [s.lag for s in self.sessions]
+        return sum(lags) / len(lags) if lags else 0.0
+
+
+class Outbox:
+    """Messages waiting for one client. Bounded; a waiting partial is replaced by a newer one."""
+
+    def __init__(self, limit: int) -> None:
+        self._items: deque[tuple[bool, str]] = deque()
+        self._limit = limit
+        self._ready = asyncio.Event()
+        self.overflowed = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, text: str, replaceable: bool = False) -> None:
+        if replaceable and self._items and self._items[-1][0]:
+            self._items[-1] = (True, text)
+            return
+        if len(self._items) >= self._limit:
+            self.overflowed.set()
+            return
+        self._items.append((replaceable, text))
+        self._ready.set()
+
+    async def get(self) -> str:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft()[1]
+
+
+class _Ended(Exception):
+    """The read loop ended the session: ``reason``, close ``code``, and whether to report it."""
+
+    def __init__(self, reason: str, code: int, error: ProtocolError | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.code, self.error = reason, code, error
+
+
+class Session:
+    def __init__(
+        self,
+        ws: ServerConnection,
+        ctx: ServerContext,
+        session_id: str,
+        settings: wire.SessionSettings,
+        dialect: Dialect,
+    ) -> None:
+        self.ws, self.ctx, self.dialect = ws, ctx, dialect
+        server = ctx.config.server
+        self.info = SessionInfo(
+            session_id,
+            ctx.model_name,
+            settings,
+            {
+                "max_message_bytes": server.max_message_bytes,
+                "max_session_s": server.max_session_s,
+                "idle_timeout_s": server.idle_timeout_s,
+            },
+        )
+        self.outbox = Outbox(server.max_outbox)
+        self.lag = 0.0
+        self._audio_started = False
+        self._streamer: Streamer | None = None
+        self._resampler: StreamResampler | None = None
+        self._inflight: asyncio.Future[Hypothesis] | None = None
+        self._inflight_end = 0.0
+        self._finished = asyncio.Event()
+        self._gone = False  # the client disconnected: nothing more to deliver
+        self._received = 0.0  # seconds of 16 kHz audio fed to the streamer
+        self._arrivals: deque[tuple[float, float]] = deque(maxlen=4096)  # (audio seconds, monotonic)
+        self._last_status = 0.0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._configure(self.info.settings)
+        self._send(self.dialect.ready(self.info))
+        writer = asyncio.create_task(self._write_loop(), name=f"{self.info.id}-writer")
+        reader = asyncio.create_task(self._read_loop(), name=f"{self.info.id}-reader")
+        shutdown = asyncio.create_task(self.ctx.shutdown.wait())
+        overflow = asyncio.create_task(self.outbox.overflowed.wait())
+        waits: set[asyncio.Task[Any]] = {reader, shutdown, overflow}
+        limit = self.ctx.config.server.max_session_s
+        if limit:
+            waits.add(asyncio.create_task(asyncio.sleep(limit)))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            reason, code, error = self._outcome(reader, shutdown, overflow)
+            if reader is not None and not reader.done():
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reader
+            if error is not None:
+                self.ctx.metrics.errors.labels(error.kind).inc()
+                self._send(self.dialect.error(error.kind, str(error)))
+            if not self._gone:
+                await self._drain()
+                self._send(self.dialect.closed(self.info, reason))
+                await self._flush_outbox(writer)
+            await self.ws.close(code, reason[:120])
+        finally:
+            for task in waits | {writer}:
+                task.cancel()
+            if self._inflight is not None:
+                self._inflight.cancel()
+
+    def _outcome(
+        self, reader: asyncio.Task[None], shutdown: asyncio.Task[Any], overflow: asyncio.Task[Any]
+    ) -> tuple[str, int, ProtocolError | None]:
+        if reader.done() and not reader.cancelled():
+            exc = reader.exception()
+            if isinstance(exc, _Ended):
+                return exc.reason, exc.code, exc.error
+            if exc is not None:
+                logger.error("session %s failed", self.info.id, exc_info=exc)
+                return "internal_error", wire.CLOSE_INTERNAL, ProtocolError(
+                    f"internal error: {type(exc).__name__}", wire.CLOSE_INTERNAL, "internal_error"
+                )
+            return "eof", wire.CLOSE_NORMAL, None
+        if overflow.done():
+            self._gone = True
+            error = ProtocolError("the client does not read its messages", wire.CLOSE_POLICY, "client_not_reading")
+            return "client_not_reading", wire.CLOSE_POLICY, error
+        if shutdown.done():
+            return "shutdown", wire.CLOSE_GOING_AWAY, None
+        error = ProtocolError("session duration limit reached", wire.CLOSE_POLICY, "session_too_long")
+        return "session_too_long", wire.CLOSE_POLICY, error
+
+    async def _read_loop(self) -> None:
+        idle = self.ctx.config.server.idle_timeout_s or None
+        limit = self.ctx.config.server.max_message_bytes
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    message = await self.ws.recv()
+            except TimeoutError:
+                raise _Ended(
+                    "idle_timeout",
+                    wire.CLOSE_POLICY,
+                    ProtocolError(f"no message for {idle:g} s", wire.CLOSE_POLICY, "idle_timeout"),
+                ) from None
+            except ConnectionClosed:
+                self._gone = True
+                raise _Ended("client_gone", wire.CLOSE_NORMAL) from None
+            try:
+                if len(message) > limit:
+                    raise ProtocolError(
+                        f"message of {len(message)} bytes is over the limit of {limit}", wire.CLOSE_TOO_BIG, "message_too_big"
+                    )
+                if isinstance(message, bytes):
+                    self._on_audio(message)
+                elif self._on_text(message):
+                    return
+            except ProtocolError as exc:
+                raise _Ended(exc.kind, exc.code, exc) from None
+
+    def _on_text(self, text: str) -> bool:
+        """Handle a control message; True at end of stream."""
+        message = self.dialect.parse(text)
+        if isinstance(message, wire.ConfigMessage):
+            if self._audio_started:
+                raise ProtocolError("a config message must come before any audio", wire.CLOSE_INVALID, "out_of_order")
+            settings = wire.apply_settings(self.info.settings, message.settings)
+            self._configure(settings)
+            self._send(self.dialect.ready(self.info))
+        elif isinstance(message, wire.Finalize):
+            if self._streamer is not None:
+                self._emit(self._streamer.finalize())
+                self._pump()
+        elif isinstance(message, wire.Eof):
+            return True
+        elif isinstance(message, wire.Unknown):
+            self.ctx.metrics.errors.labels("unknown_message").inc()
+            self._send(self.dialect.error("unknown_message", f"unknown message type {message.type!r}; ignored"))
+        return False
+
+    def _configure(self, settings: wire.SessionSettings) -> None:
+        if settings.model is not None and settings.model != self.ctx.model_name:
+            raise ProtocolError(
+                f"model {settings.model!r} is not enabled on this server (enabled: {self.ctx.model_name})",
+                wire.CLOSE_POLICY,
+                "model_not_enabled",
+            )
+        self.info.settings = settings
+        self._streamer = Streamer(self._streaming_config(settings), encode_text=self.ctx.worker.encode_text, key=self.info.id)
+        self._resampler = StreamResampler(settings.sample_rate)
+
+    def _streaming_config(self, settings: wire.SessionSettings) -> StreamingConfig:
+        base = self.ctx.config.streaming
+        vad = base.vad
+        if settings.endpointing_ms is not None:
+            vad = dataclasses.replace(vad, endpoint_ms=max(settings.endpointing_ms, vad.frame_ms))
+        return dataclasses.replace(base, language=settings.language, task=settings.task, vad=vad)
+
+    # -- audio and recognition -----------------------------------------------------------------
+
+    def _on_audio(self, data: bytes) -> None:
+        settings = self.info.settings
+        try:
+            samples = pcm_to_float32(data, settings.encoding, settings.channels)
+        except AudioFormatError as exc:
+            raise ProtocolError(str(exc), wire.CLOSE_INVALID, "invalid_audio") from None
+        self._audio_started = True
+        assert self._resampler is not None
+        self._feed(self._resampler.process(samples))
+
+    def _feed(self, samples: Any) -> None:
+        if not len(samples):
+            return
+        assert self._streamer is not None
+        seconds = len(samples) / SAMPLE_RATE
+        self._received += seconds
+        self.info.audio_seconds = self._received
+        self.ctx.metrics.add_audio(seconds)
+        self._arrivals.append((self._received, time.monotonic()))
+        self._emit(self._streamer.feed(samples))
+        self._pump()
+
+    def _pump(self) -> None:
+        streamer = self._streamer
+        if streamer is None or self._inflight is not None or self._gone:
+            return
+        request = streamer.pending_request()
+        if request is None:
+            if streamer.finished:
+                self._finished.set()
+            return
+        window = streamer.outstanding
+        assert window is not None
+        try:
+            future = self.ctx.worker.submit(request, urgent=window.endpoint)
+        except WorkerOverloaded:
+            self.ctx.metrics.errors.labels("worker_overloaded").inc()
+            self._emit(streamer.abandon())  # the next audio retries; never loops here
+            return
+        self._inflight, self._inflight_end = future, window.end
+        future.add_done_callback(self._on_result)
+
+    def _on_result(self, future: asyncio.Future[Hypothesis]) -> None:
+        self._inflight = None
+        streamer = self._streamer
+        if streamer is None or future.cancelled():
+            if streamer is not None:
+                self._emit(streamer.abandon())
+        elif (exc := future.exception()) is not None:
+            self.ctx.metrics.errors.labels("recognition_failed").inc()
+            self._send(self.dialect.error("recognition_failed", f"recognition failed: {type(exc).__name__}"))
+            self._emit(streamer.abandon())
+        else:
+            self._adapt(time.monotonic() - self._arrival(self._inflight_end))
+            self._emit(streamer.complete(future.result()))
+        if not self._gone:
+            self._pump()
+
+    def _adapt(self, lag: float) -> None:
+        """Longer steps (fewer requests, fewer partials) while the transcript lags the audio."""
+        assert self._streamer is not None
+        self.lag = lag
+        server, streaming = self.ctx.config.server, self.ctx.config.streaming
+        high = min(server.max_step_s, streaming.max_window_s - streaming.force_commit_s)
+        step = self._streamer.step_s
+        if lag > server.degrade_lag_s:
+            new = min(step * 1.5, high)
+        elif lag < server.degrade_lag_s / 3:
+            new = max(step / 1.5, streaming.min_step_s)
+        else:
+            new = step
+        now = time.monotonic()
+        if new != step or (lag > server.degrade_lag_s and now - self._last_status > 5.0):
+            self._streamer.step_s = new
+            self._last_status = now
+            self._send(self.dialect.status(lag, new))
+
+    def _arrival(self, audio_s: float) -> float:
+        """When the audio up to ``audio_s`` had been received (monotonic seconds)."""
+        arrivals = self._arrivals
+        if not arrivals:
+            return time.monotonic()
+        i = bisect.bisect_left(arrivals, audio_s - 1e-6, key=lambda a: a[0])
+        return arrivals[min(i, len(arrivals) - 1)][1]
+
+    async def _drain(self) -> None:
+        """Turn every sample received into finals: flush the streamer and serve its requests."""
+        streamer = self._streamer
+        if streamer is None:
+            return
+        if self._resampler is not None:
+            with contextlib.suppress(StreamWhisperError):
+                self._feed(self._resampler.flush())
+        self._emit(streamer.flush())
+        self._pump()
+        if not streamer.finished:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.ctx.config.server.shutdown_timeout_s):
+                    await self._finished.wait()
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def _emit(self, events: list[Event]) -> None:
+        now = time.monotonic()
+        for event in events:
+            if isinstance(event, (Partial, Final)) and event.words:
+                latency = max(now - self._arrival(event.end), 0.0)
+                if isinstance(event, Final):
+                    self.ctx.metrics.final_latency.observe(latency)
+                    self.info.words += len(event.words)
+                    self.info.finals += 1
+                else:
+                    self.ctx.metrics.partial_latency.observe(latency)
+            self._send(self.dialect.event(event, self.info), replaceable=isinstance(event, Partial))
+
+    def _send(self, text: str | None, replaceable: bool = False) -> None:
+        if text is not None and not self._gone:
+            self.outbox.put(text, replaceable)
+
+    async def _write_loop(self) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                text = await self.outbox.get()
+                await self.ws.send(text)
+
+    async def _flush_outbox(self, writer: asyncio.Task[None]) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.ctx.config.server.shutdown_timeout_s):
+                while len(self.outbox) and not writer.done():
+                    await asyncio.sleep(0.01)

@@ -1,0 +1,160 @@
+"""InferenceWorker: the one thread that owns the model.
+
+Sessions submit :class:`RecognitionRequest` objects from the event loop and get an
+``asyncio.Future`` back. The worker thread takes every waiting request (endpoint requests
+first, then oldest first, at most ``max_batch``), runs them through the recogniser as one batch
+(one encoder call, decoder steps batched across the requests) and resolves the futures on the
+loop with ``call_soon_threadsafe``. Each session has at most one request outstanding, so no
+session waits for more than one batch ahead of it and the queue never holds more than one
+request per session (``max_pending`` bounds it anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest, Recognizer
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerOverloaded(RuntimeError):
+    """The queue is full; the request was not taken."""
+
+
+@dataclass(order=True)
+class _Job:
+    rank: tuple[int, int]  # (0 for endpoint requests, 1 otherwise; arrival number)
+    request: RecognitionRequest = field(compare=False)
+    future: asyncio.Future[Hypothesis] = field(compare=False)
+    submitted: float = field(compare=False, default=0.0)
+
+
+@dataclass
+class WorkerStats:
+    requests: int = 0
+    batches: int = 0
+    busy_seconds: float = 0.0
+    failures: int = 0
+    last_batch: int = 0
+
+
+class InferenceWorker:
+    """Runs recognition requests of all sessions on one thread, in batches.
+
+    Args:
+        recognizer: the model behind the Recognizer seam; used only from the worker thread.
+        max_batch: most requests per batch.
+        max_pending: most requests waiting; more raise :class:`WorkerOverloaded`.
+        on_batch: called on the worker thread after each batch with (size, seconds, waits).
+    """
+
+    def __init__(
+        self,
+        recognizer: Recognizer,
+        *,
+        max_batch: int = 16,
+        max_pending: int = 256,
+        on_batch: Callable[[int, float, list[float]], None] | None = None,
+    ) -> None:
+        self._recognizer = recognizer
+        self._max_batch = max_batch
+        self._max_pending = max_pending
+        self._on_batch = on_batch
+        self._cond = threading.Condition()
+        self._queue: list[_Job] = []
+        self._counter = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.stats = WorkerStats()
+
+    def encode_text(self, text: str) -> list[int]:
+        # tiktoken encoding is thread-safe and pure; sessions call it on the loop for prompts
+        return self._recognizer.encode_text(text)
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="streamwhisper-inference", daemon=True)
+            self._thread.start()
+
+    def submit(self, request: RecognitionRequest, *, urgent: bool = False) -> asyncio.Future[Hypothesis]:
+        """Queue a request (on the event loop); its future resolves on the loop."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Hypothesis] = loop.create_future()
+        with self._cond:
+            if self._stopping:
+                raise WorkerOverloaded("the inference worker is stopping")
+            if len(self._queue) >= self._max_pending:
+                raise WorkerOverloaded(f"{len(self._queue)} requests waiting")
+            self._counter += 1
+            self._queue.append(_Job((0 if urgent else 1, self._counter), request, future, time.monotonic()))
+            self._cond.notify()
+        return future
+
+    async def stop(self) -> None:
+        """Finish the batch under way, fail what is still queued, and join the thread."""
+        with self._cond:
+            self._stopping = True
+            left, self._queue = self._queue, []
+            self._cond.notify()
+        for job in left:
+            if not job.future.done():
+                job.future.cancel()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+
+    def _take(self) -> list[_Job] | None:
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._cond.wait()
+            if self._stopping:
+                return None
+            self._queue.sort()
+            batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+            return batch
+
+    def _run(self) -> None:
+        while (batch := self._take()) is not None:
+            live = [job for job in batch if not job.future.cancelled()]
+            if not live:
+                continue
+            began = time.monotonic()
+            try:
+                results: list[Hypothesis] | BaseException = self._recognizer.recognize([j.request for j in live])
+            except Exception as exc:  # a failed batch fails its requests, never the worker
+                logger.exception("recognition failed for a batch of %d", len(live))
+                results = exc
+                self.stats.failures += 1
+            took = time.monotonic() - began
+            self.stats.requests += len(live)
+            self.stats.batches += 1
+            self.stats.busy_seconds += took
+            self.stats.last_batch = len(live)
+            if self._on_batch is not None:
+                self._on_batch(len(live), took, [began - j.submitted for j in live])
+            for i, job in enumerate(live):
+                loop = job.future.get_loop()
+                outcome = results if isinstance(results, BaseException) else results[i]
+                try:
+                    loop.call_soon_threadsafe(_resolve, job.future, outcome)
+                except RuntimeError:  # the loop is closed: nobody waits for it any more
+                    pass
+
+
+def _resolve(future: asyncio.Future[Hypothesis], outcome: Hypothesis | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

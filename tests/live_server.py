@@ -1,0 +1,83 @@
+"""A real daemon on port 0, running on its own event loop in a background thread."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from streamwhisper.config import Config
+from streamwhisper.model.serving import WhisperRecognizer
+from streamwhisper.runtime.server import Daemon
+
+T = TypeVar("T")
+
+
+class LiveServer:
+    """``with LiveServer(model, max_sessions=2) as server: ... server.url ...``
+
+    Keyword arguments override ``[server]`` settings; ``streaming=`` replaces the streaming config.
+    """
+
+    def __init__(self, model: Any, streaming: Any = None, **server: Any) -> None:
+        base = Config()
+        config = dataclasses.replace(
+            base,
+            streaming=streaming or base.streaming,
+            server=dataclasses.replace(base.server, port=0, **server),
+        )
+        self.daemon_config = config
+        self._model = model
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="live-server", daemon=True)
+        self.daemon: Daemon | None = None
+
+    def __enter__(self) -> LiveServer:
+        self._thread.start()
+
+        async def start() -> Daemon:
+            daemon = Daemon(self.daemon_config, WhisperRecognizer(self._model), "tiny.en")
+            await daemon.start()
+            return daemon
+
+        self.daemon = self.call(start())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._loop.close()
+
+    def shutdown(self) -> None:
+        assert self.daemon is not None
+        self.call(self.daemon.shutdown(), timeout=120)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        """Run a coroutine on the server's loop and wait for its result."""
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result(timeout)
+
+    def inspect(self, fn: Any) -> Any:
+        """Call ``fn(daemon)`` on the server's loop (reading its state safely)."""
+
+        async def run() -> Any:
+            return fn(self.daemon)
+
+        return self.call(run())
+
+    @property
+    def port(self) -> int:
+        assert self.daemon is not None
+        return self.daemon.port
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
