@@ -93,6 +93,7 @@ class Outbox:
     def __init__(self, limit: int) -> None:
         self._items: deque[tuple[bool, str]] = deque()
         self._limit = limit
+        self.peak = 0  # most messages ever waiting
         self._ready = asyncio.Event()
         self.overflowed = asyncio.Event()
 
@@ -107,6 +108,7 @@ class Outbox:
             self.overflowed.set()
             return
         self._items.append((replaceable, text))
+        self.peak = max(self.peak, len(self._items))
         self._ready.set()
 
     async def get(self) -> str:

@@ -1,0 +1,197 @@
+"""Bad input and bad clients against a real daemon: the server stays up, others are unaffected."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from streamwhisper.audio.convert import float32_to_pcm_s16le
+from streamwhisper.audio.files import load_audio
+from streamwhisper.evaluation import read_manifest, word_error_rate
+
+from live_server import LiveServer
+
+LIMIT = 4096  # max_message_bytes of the fuzzed server
+ALLOWED_CLOSE = {1000, 1003, 1007, 1008, 1009}
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+setting_names = st.sampled_from(
+    ["sample_rate", "encoding", "channels", "language", "task", "interim_results", "word_timestamps",
+     "endpointing_ms", "model", "label", "bogus"]
+)
+
+
+def _float_audio(values: list[float]) -> bytes:
+    return np.asarray(values, dtype="<f4").tobytes()
+
+
+# One malformed (or merely odd) action each; sessions get a few of them in a row.
+actions = st.one_of(
+    st.binary(max_size=600).map(lambda b: ("bin", b)),  # random bytes, odd counts included
+    st.binary(min_size=1, max_size=99).filter(lambda b: len(b) % 2).map(lambda b: ("bin", b)),
+    st.integers(LIMIT + 1, 3 * LIMIT).map(lambda n: ("bin", bytes(n))),  # over the size limit
+    st.integers(4 * LIMIT + 1, 6 * LIMIT).map(lambda n: ("bin", bytes(n))),  # over websockets' own limit
+    st.text(max_size=60).map(lambda t: ("text", t)),  # text where audio is expected / bad JSON
+    st.integers(LIMIT + 1, 2 * LIMIT).map(lambda n: ("text", "x" * n)),
+    json_values.map(lambda v: ("text", json.dumps(v))),  # valid JSON, wrong shape
+    st.dictionaries(setting_names, json_values, max_size=3).map(lambda d: ("text", json.dumps({"type": "config", **d}))),
+    st.sampled_from(["finalize", "keepalive", "eof", "config", "Finalize", "", "close"]).map(
+        lambda t: ("text", json.dumps({"type": t}))
+    ),
+    st.just(("text", '{"type": "finalize", "extra": 1}')),
+    st.just(("text", "[" * 100_000)),  # deeply nested JSON
+)
+queries = st.one_of(
+    st.just(""),
+    st.just("?encoding=pcm_f32le"),
+    st.dictionaries(setting_names, st.text(max_size=8), max_size=2).map(
+        lambda d: "?" + "&".join(f"{k}={v}" for k, v in d.items())
+    ),
+)
+nan_audio = st.lists(
+    st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=40
+).map(lambda v: ("bin", _float_audio(v)))
+
+
+def run_session(url: str, query: str, steps: list[tuple[str, object]]) -> tuple[list[dict], int | None]:
+    """Send the steps (then eof), read everything until the close; (messages, close code)."""
+    messages: list[dict] = []
+    with connect(url + "/v1/stream" + query.replace(" ", "%20"), max_size=None, close_timeout=10) as ws:
+        try:
+            for kind, payload in steps + [("text", '{"type": "eof"}')]:
+                ws.send(payload)  # type: ignore[arg-type]
+        except ConnectionClosed:
+            pass
+        try:
+            for raw in ws:
+                messages.append(json.loads(raw))
+        except ConnectionClosed:
+            pass
+        return messages, ws.close_code
+
+
+def check_answer(messages: list[dict], code: int | None, steps: list[tuple[str, object]]) -> None:
+    assert code in ALLOWED_CLOSE, f"close code {code} for {steps!r:.300}: {messages!r:.300}"
+    errors = [m for m in messages if m["type"] == "error"]
+    oversized = any(len(p) > 4 * LIMIT for _, p in steps)  # type: ignore[arg-type]
+    if code != 1000 and not oversized:
+        assert errors, f"close {code} without an error message: {steps!r:.300}"
+    if messages and messages[0]["type"] == "ready" and not oversized:
+        assert messages[-1]["type"] == "closed", "a started session always ends with its summary"
+    for m in errors:
+        assert isinstance(m["code"], str) and m["message"]
+        assert m["code"] != "internal_error", m
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(serving_model):  # type: ignore[no-untyped-def]
+    with LiveServer(serving_model, max_message_bytes=LIMIT, max_sessions=8) as server:
+        yield server
+
+
+def test_a_thousand_malformed_inputs_leave_the_server_and_others_unharmed(fuzz_server, shared_data: Path) -> None:
+    server = fuzz_server
+    by_id = {c.id: c for c in read_manifest(shared_data / "eval" / "manifest.tsv")}
+    clips = [by_id[n] for n in ("en_jfk", "en_lj_LJ001-0016", "en_ps_librivox_sense_0890")]
+    reference = " ".join(c.reference for c in clips)
+    gap = np.zeros(16000, dtype=np.float32)
+    speech = np.concatenate([part for c in clips for part in (load_audio(c.wav), gap)])
+    healthy: dict[str, object] = {}
+
+    def stream_real_speech() -> None:  # a well-behaved client, at real time, during the fuzz
+        messages = []
+        with connect(server.url + "/v1/stream", close_timeout=10) as ws:
+            reader = threading.Thread(target=lambda: messages.extend(json.loads(m) for m in ws))
+            reader.start()
+            began = time.monotonic()
+            for i in range(0, len(speech), 1600):
+                ws.send(float32_to_pcm_s16le(speech[i : i + 1600]))
+                time.sleep(max(0.0, began + (i + 1600) / 16000 - time.monotonic()))
+            ws.send('{"type": "eof"}')
+            reader.join(timeout=60)
+        healthy["messages"], healthy["code"] = messages, ws.close_code
+
+    good = threading.Thread(target=stream_real_speech)
+    good.start()
+    count = 0
+
+    @settings(max_examples=1000, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(query=queries, steps=st.lists(st.one_of(actions, nan_audio), min_size=1, max_size=4))
+    def fuzz(query: str, steps: list[tuple[str, object]]) -> None:
+        nonlocal count
+        count += 1
+        messages, code = run_session(server.url, query, steps)
+        check_answer(messages, code, steps)
+
+    fuzz()
+    good.join(timeout=120)
+    assert count >= 1000
+    assert healthy["code"] == 1000
+    messages = healthy["messages"]
+    assert isinstance(messages, list) and messages[-1]["type"] == "closed"
+    text = " ".join(m["text"] for m in messages if m["type"] == "final")
+    assert word_error_rate([reference], [text]) <= 0.2, text
+    time.sleep(0.5)
+    assert server.inspect(lambda d: len(d.ctx.sessions)) == 0
+    with connect(server.url + "/v1/stream") as ws:  # still serving
+        assert json.loads(ws.recv())["type"] == "ready"
+
+
+def test_a_client_that_never_reads_cannot_grow_server_memory(serving_model, jfk_audio) -> None:
+    """Messages for a client that stopped reading stay within the outbox and write limits,
+    and the session is ended (1008) once its outbox is full; the server serves on."""
+    import urllib.request
+
+    def shrink_send_buffers(daemon) -> None:  # type: ignore[no-untyped-def]
+        # a stalled network in seconds instead of minutes: no multi-MB kernel buffer to fill
+        for session in daemon.ctx.sessions:
+            session.ws.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+    def peaks(daemon) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+        sizes = [s.ws.transport.get_write_buffer_size() for s in daemon.ctx.sessions]
+        return 0, max(sizes, default=0), len(sizes)
+
+    with LiveServer(serving_model, max_outbox=8, idle_timeout_s=0) as server:
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        speech = np.concatenate([jfk_audio, np.zeros(8000, dtype=np.float32)] * 30)
+        peak_buffer = 0
+        with connect(server.url + "/v1/stream", sock=sock, max_queue=1, close_timeout=1) as ws:
+            server.inspect(shrink_send_buffers)
+            outbox = server.inspect(lambda d: next(iter(d.ctx.sessions)).outbox)
+            began = time.monotonic()
+            for n, i in enumerate(range(0, len(speech), 4000)):
+                try:
+                    ws.send(float32_to_pcm_s16le(speech[i : i + 4000]))
+                    for _ in range(50):  # each is answered with an error message it never reads
+                        ws.send('{"type": "unheard-of"}')
+                except (ConnectionClosed, OSError):
+                    break
+                time.sleep(max(0.0, began + (i + 4000) / 16000 / 4 - time.monotonic()))  # 4x real time
+                if n % 8 == 0:
+                    _, buffered, open_sessions = server.inspect(peaks)
+                    peak_buffer = max(peak_buffer, buffered)
+                    if not open_sessions:
+                        break
+        time.sleep(0.5)
+        assert server.inspect(lambda d: len(d.ctx.sessions)) == 0
+        with urllib.request.urlopen(server.http + "/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+    assert 'streamwhisper_errors_total{kind="client_not_reading"} 1.0' in metrics
+    assert outbox.peak == 8, "the outbox filled up to its bound, and no further"
+    assert peak_buffer <= 64 * 1024 + 16 * 1024, peak_buffer
