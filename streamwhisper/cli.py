@@ -1,4 +1,4 @@
-"""The ``streamwhisper`` command: serve | transcribe | models | bench.
+"""The ``streamwhisper`` command: serve | listen | transcribe | models | bench.
 
 The only place that configures logging and turns errors into one line on stderr and an exit code.
 """
@@ -27,10 +27,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"streamwhisper: error: {message} (see --help)\n")
 
 
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
+def _add_model_flags(p: argparse.ArgumentParser, device_flag: str = "--device") -> None:
     p.add_argument("--config", metavar="FILE", help="TOML settings file (see config/streamwhisper.toml)")
     p.add_argument("--model", help="model name, CTranslate2 directory or .pt file (default tiny.en)")
-    p.add_argument("--device", help="cpu, cuda or cuda:N")
+    p.add_argument(device_flag, dest="device", help="cpu, cuda or cuda:N")
     p.add_argument("--compute-type", help="default, float32, int8_logits, int8, float16, bfloat16")
     p.add_argument("--threads", type=int, help="torch threads (0 = one per core)")
 
@@ -61,6 +61,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(sv)
     sv.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=int, help="port (default 8765; 0 = any free port)")
+
+    ls = sub.add_parser("listen", help="live captions from the microphone (in-process, or via a daemon)")
+    ls.add_argument("--list-devices", action="store_true", help="list the audio input devices and exit")
+    ls.add_argument(
+        "--device", dest="input_device", metavar="N|NAME", help="input device index or name (default: default input)"
+    )
+    ls.add_argument("--server", metavar="URL", help="stream to a daemon (ws://host:port) instead of running the model")
+    ls.add_argument("--token", help="the daemon's auth token (with --server)")
+    ls.add_argument(
+        "--output", type=Path, metavar="FILE", help="append captions as they become final: .srt, .vtt, .txt or .jsonl"
+    )
+    ls.add_argument("--language", help="language code or name (default: detect; English-only models: en)")
+    ls.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    ls.add_argument(
+        "--partials",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show the revisable partial in place (default: on a terminal)",
+    )
+    _add_model_flags(ls, device_flag="--model-device")
 
     from .bench import add_bench_parser
 
@@ -171,6 +191,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_listen(args: argparse.Namespace) -> int:
+    from .model.serving import WhisperRecognizer
+    from .runtime.listen import ListenOptions, run_listen
+    from .runtime.mic import format_devices, list_input_devices, parse_device
+    from .runtime.server import warm_up
+    from .runtime.wire import normalize_language
+
+    if args.list_devices:
+        sys.stdout.write(format_devices(list_input_devices()))
+        return 0
+    config = resolve_config(args)
+    options = ListenOptions(
+        device=parse_device(args.input_device),
+        server=args.server,
+        token=args.token,
+        output=args.output,
+        language=normalize_language(args.language),
+        task=args.task,
+        partials=sys.stdout.isatty() if args.partials is None else args.partials,
+    )
+
+    def load() -> WhisperRecognizer:
+        recognizer = WhisperRecognizer(load_configured_model(config))
+        warm_up(recognizer)
+        return recognizer
+
+    return run_listen(options, config, load)
+
+
 def _run_with_progress(transcriber, audio, options, show: bool, name: str):  # type: ignore[no-untyped-def]
     if not show:
         return transcriber.transcribe(audio, options)
@@ -190,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    commands = {"transcribe": cmd_transcribe, "models": cmd_models, "serve": cmd_serve}
+    commands = {"transcribe": cmd_transcribe, "models": cmd_models, "serve": cmd_serve, "listen": cmd_listen}
     from .bench import cmd_bench
 
     commands["bench"] = cmd_bench

@@ -7,6 +7,7 @@
      +-- ModelLoadError       a model that cannot be found, downloaded, verified or parsed
      +-- AudioFormatError     audio that cannot be decoded or has the wrong sample format
      +-- ProtocolError        a client message that breaks the wire protocol (carries a close code)
+     +-- AudioDeviceError     no usable microphone (no input device, no PortAudio, unknown device)
 
 A session's failure ends that session with an ``Error`` event and a close code, never the server.
 """
@@ -37,3 +38,7 @@ class ProtocolError(StreamWhisperError):
         super().__init__(message)
         self.code = code
         self.kind = kind
+
+
+class AudioDeviceError(StreamWhisperError):
+    """No usable audio input: no device, PortAudio missing, or a device name that matches none."""
