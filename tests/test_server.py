@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from live_server import LiveServer
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as sync_connect
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
 from streamwhisper.client import StreamClient, stream_file
 from streamwhisper.evaluation import Clip, read_manifest, word_error_rate
-
-from live_server import LiveServer
 
 CLIPS = [
     "en_jfk",
@@ -139,7 +139,7 @@ def test_health_readiness_and_capacity(serving_model, jfk_audio) -> None:
             with sync_connect(server.url + "/v1/stream") as second:
                 error = json.loads(second.recv())
                 assert error["type"] == "error" and error["code"] == "over_capacity"
-                with pytest.raises(Exception):
+                with pytest.raises(ConnectionClosed):
                     second.recv()
                 assert second.close_code == 1013
             first.send(float32_to_pcm_s16le(jfk_audio[: 16000 * 3]))
@@ -158,21 +158,26 @@ def test_token_auth_origins_and_models(serving_model) -> None:
         for kwargs, code in [
             ({}, "unauthorized"),
             ({"additional_headers": {"Authorization": "Bearer wrong"}}, "unauthorized"),
-            ({"additional_headers": {"Authorization": "Bearer s3cret"}, "origin": "https://evil.example"}, "origin_not_allowed"),
+            (
+                {"additional_headers": {"Authorization": "Bearer s3cret"}, "origin": "https://evil.example"},
+                "origin_not_allowed",
+            ),
         ]:
             with sync_connect(url, **kwargs) as ws:
                 error = json.loads(ws.recv())
                 assert error == error | {"type": "error", "code": code}
-                with pytest.raises(Exception):
+                with pytest.raises(ConnectionClosed):
                     ws.recv()
                 assert ws.close_code == 1008
         with sync_connect(url + "?token=s3cret&model=/etc/passwd") as ws:
             error = json.loads(ws.recv())
             assert error["code"] == "model_not_enabled" and "tiny.en" in error["message"]
-            with pytest.raises(Exception):
+            with pytest.raises(ConnectionClosed):
                 ws.recv()
             assert ws.close_code == 1008
-        with sync_connect(url, additional_headers={"Authorization": "Bearer s3cret"}, origin="https://ok.example") as ws:
+        with sync_connect(
+            url, additional_headers={"Authorization": "Bearer s3cret"}, origin="https://ok.example"
+        ) as ws:
             assert json.loads(ws.recv())["type"] == "ready"
         with sync_connect(url + "?token=s3cret") as ws:
             assert json.loads(ws.recv())["type"] == "ready"
@@ -188,7 +193,9 @@ def test_config_message_resampling_finalize_and_eof(serving_model, clips) -> Non
 
     async def run(url: str) -> list[dict]:
         async with StreamClient.connect(url) as client:
-            await client.send_control("config", sample_rate=48000, encoding="pcm_f32le", channels=2, interim_results=False)
+            await client.send_control(
+                "config", sample_rate=48000, encoding="pcm_f32le", channels=2, interim_results=False
+            )
             ready = await client.recv()
             assert ready is not None and ready["config"] | {"sample_rate": 48000, "channels": 2} == ready["config"]
             half = len(stereo) // 2

@@ -7,11 +7,13 @@ import socket
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from live_server import LiveServer
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -19,10 +21,9 @@ from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
 from streamwhisper.evaluation import read_manifest, word_error_rate
 
-from live_server import LiveServer
-
 LIMIT = 4096  # max_message_bytes of the fuzzed server
-ALLOWED_CLOSE = {1000, 1003, 1007, 1008, 1009}
+# 1013 too: on a busy machine the healthy stream may lag enough for refusals (overloaded)
+ALLOWED_CLOSE = {1000, 1003, 1007, 1008, 1009, 1013}
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
@@ -30,9 +31,32 @@ json_values = st.recursive(
     max_leaves=6,
 )
 setting_names = st.sampled_from(
-    ["sample_rate", "encoding", "channels", "language", "task", "interim_results", "word_timestamps",
-     "endpointing_ms", "model", "label", "bogus"]
+    [
+        "sample_rate",
+        "encoding",
+        "channels",
+        "language",
+        "task",
+        "interim_results",
+        "word_timestamps",
+        "endpointing_ms",
+        "model",
+        "label",
+        "bogus",
+    ]
 )
+
+
+class Big(str):
+    """A long text whose repr stays short in hypothesis' reports."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} chars {self[:10]!r}...>"
+
+
+class Blob(bytes):
+    def __repr__(self) -> str:
+        return f"<{len(self)} bytes>"
 
 
 def _float_audio(values: list[float]) -> bytes:
@@ -43,36 +67,38 @@ def _float_audio(values: list[float]) -> bytes:
 actions = st.one_of(
     st.binary(max_size=600).map(lambda b: ("bin", b)),  # random bytes, odd counts included
     st.binary(min_size=1, max_size=99).filter(lambda b: len(b) % 2).map(lambda b: ("bin", b)),
-    st.integers(LIMIT + 1, 3 * LIMIT).map(lambda n: ("bin", bytes(n))),  # over the size limit
-    st.integers(4 * LIMIT + 1, 6 * LIMIT).map(lambda n: ("bin", bytes(n))),  # over websockets' own limit
+    st.integers(LIMIT + 1, 3 * LIMIT).map(lambda n: ("bin", Blob(n))),  # over the size limit
+    st.integers(4 * LIMIT + 1, 6 * LIMIT).map(lambda n: ("bin", Blob(n))),  # over websockets' own limit
     st.text(max_size=60).map(lambda t: ("text", t)),  # text where audio is expected / bad JSON
-    st.integers(LIMIT + 1, 2 * LIMIT).map(lambda n: ("text", "x" * n)),
+    st.integers(LIMIT + 1, 2 * LIMIT).map(lambda n: ("text", Big("x" * n))),
     json_values.map(lambda v: ("text", json.dumps(v))),  # valid JSON, wrong shape
-    st.dictionaries(setting_names, json_values, max_size=3).map(lambda d: ("text", json.dumps({"type": "config", **d}))),
+    st.dictionaries(setting_names, json_values, max_size=3).map(
+        lambda d: ("text", json.dumps({"type": "config", **d}))
+    ),
     st.sampled_from(["finalize", "keepalive", "eof", "config", "Finalize", "", "close"]).map(
         lambda t: ("text", json.dumps({"type": t}))
     ),
     st.just(("text", '{"type": "finalize", "extra": 1}')),
-    st.just(("text", "[" * 100_000)),  # deeply nested JSON
+    st.just(("text", Big("[" * 100_000))),  # deeply nested JSON
 )
 queries = st.one_of(
     st.just(""),
     st.just("?encoding=pcm_f32le"),
     st.dictionaries(setting_names, st.text(max_size=8), max_size=2).map(
-        lambda d: "?" + "&".join(f"{k}={v}" for k, v in d.items())
+        lambda d: "?" + urlencode(d)
     ),
 )
-nan_audio = st.lists(
-    st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=40
-).map(lambda v: ("bin", _float_audio(v)))
+nan_audio = st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=40).map(
+    lambda v: ("bin", _float_audio(v))
+)
 
 
 def run_session(url: str, query: str, steps: list[tuple[str, object]]) -> tuple[list[dict], int | None]:
     """Send the steps (then eof), read everything until the close; (messages, close code)."""
     messages: list[dict] = []
-    with connect(url + "/v1/stream" + query.replace(" ", "%20"), max_size=None, close_timeout=10) as ws:
+    with connect(url + "/v1/stream" + query, max_size=None, close_timeout=10) as ws:
         try:
-            for kind, payload in steps + [("text", '{"type": "eof"}')]:
+            for _kind, payload in steps + [("text", '{"type": "eof"}')]:
                 ws.send(payload)  # type: ignore[arg-type]
         except ConnectionClosed:
             pass
@@ -129,8 +155,9 @@ def test_a_thousand_malformed_inputs_leave_the_server_and_others_unharmed(fuzz_s
     good.start()
     count = 0
 
-    @settings(max_examples=1000, deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=1000, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     @given(query=queries, steps=st.lists(st.one_of(actions, nan_audio), min_size=1, max_size=4))
     def fuzz(query: str, steps: list[tuple[str, object]]) -> None:
         nonlocal count

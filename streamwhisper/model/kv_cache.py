@@ -21,6 +21,9 @@ class KVCache:
     self_v: list[Tensor]
     length: int = 0  # tokens already cached (the same for every row)
     pending: int = 0  # tokens written by the current forward pass, committed by advance()
+    # (B, 1, 1, S) bool, True on real audio frames: rows whose windows are shorter than S
+    # (padded to batch them) must not attend to the padding. None: every frame is real.
+    cross_mask: Tensor | None = None
 
     @classmethod
     def create(cls, cross: list[tuple[Tensor, Tensor]], n_head: int, d_head: int, max_len: int) -> KVCache:
@@ -80,7 +83,8 @@ class KVCache:
         cv = [v.repeat_interleave(n, dim=0) for v in self.cross_v]
         sk = [k.repeat_interleave(n, dim=0) for k in self.self_k]
         sv = [v.repeat_interleave(n, dim=0) for v in self.self_v]
-        return KVCache(ck, cv, sk, sv, self.length)
+        mask = None if self.cross_mask is None else self.cross_mask.repeat_interleave(n, dim=0)
+        return KVCache(ck, cv, sk, sv, self.length, cross_mask=mask)
 
     def select(self, rows: Tensor) -> KVCache:
         """A new cache of the given rows only (drops finished sequences from a batch)."""
@@ -88,4 +92,5 @@ class KVCache:
         pick_v = [t.index_select(0, rows) for t in self.cross_v]
         sk = [t.index_select(0, rows) for t in self.self_k]
         sv = [t.index_select(0, rows) for t in self.self_v]
-        return KVCache(pick, pick_v, sk, sv, self.length)
+        mask = None if self.cross_mask is None else self.cross_mask.index_select(0, rows)
+        return KVCache(pick, pick_v, sk, sv, self.length, cross_mask=mask)

@@ -9,7 +9,9 @@ import numpy as np
 import torch
 
 from ..audio.mel import FRAMES_PER_SECOND, N_FRAMES
-from .decoding import DecodeOptions, decode, with_temperature
+from .batch_decoding import decode_greedy_batch, window_cache, window_cross
+from .decoding import DecodeOptions, DecodingResult, decode, with_temperature
+from .kv_cache import KVCache
 from .recognizer import Hypothesis, HypothesisWord, RecognitionRequest
 from .timing import clamp_long_words, find_alignment, merge_punctuations
 from .tokenizer import get_tokenizer
@@ -38,6 +40,9 @@ class RecognizerOptions:
     # tokens at this rate (plus a few) bounds the cost of a loop before the guards drop it.
     max_tokens_per_s: float = 6.0
     pad: str = "silence"  # pad short windows with the mel of silence ("silence") or with 0 ("zero")
+    # the first (greedy) pass over a batch of windows: one decoder step for all rows (True) or
+    # one window at a time (False, the reference path)
+    batch_decode: bool = True
 
     def __post_init__(self) -> None:
         if self.audio_ctx not in ("fit", "full"):
@@ -66,42 +71,85 @@ class WhisperRecognizer:
 
     @torch.inference_mode()
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
-        """One hypothesis per request: windows encoded as one batch, then decoded one by one."""
+        """One hypothesis per request, in order.
+
+        Windows of the same fitted length are encoded together (each window is encoded at its own
+        audio context, so a request's result does not depend on the batch it came in); the
+        first, greedy, pass decodes every window at once; the rare temperature fallbacks run
+        one window at a time.
+        """
         if not requests:
             return []
-        model = self.model
-        frames = max(self._frames(r.mel.shape[-1]) for r in requests)
-        batch = np.zeros((len(requests), model.dims.n_mels, frames), dtype=np.float32)
-        for i, r in enumerate(requests):
-            n = min(r.mel.shape[-1], frames)
-            if self.options.pad == "silence" and r.mel.size:
-                # normalised log-mel bottoms out at max - 2 ((max - 8 + 4) / 4): digital silence
-                batch[i] = r.mel.max() - 2.0
-            batch[i, :, :n] = r.mel[:, -n:] if r.mel.shape[-1] > frames else r.mel[:, :n]
-        features = model.encoder(torch.from_numpy(batch).to(model.device, model.dtype))
-        return [self._decode_one(r, features[i : i + 1]) for i, r in enumerate(requests)]
-
-    def _decode_one(self, request: RecognitionRequest, features: torch.Tensor) -> Hypothesis:
         model, opts = self.model, self.options
-        cache = model.new_cache(features)
-        base = DecodeOptions(
+        features = self._encode(requests)
+        windows = [window_cross(model, f) for f in features]
+        bases = [self._decode_options(r) for r in requests]
+        firsts: list[DecodingResult | None] = [None] * len(requests)
+        if opts.batch_decode and opts.beam_size is None and opts.temperatures[0] == 0:
+            firsts = list(decode_greedy_batch(model, self._tokenizer, windows, bases))
+        hypotheses = []
+        for request, f, window, base, first in zip(requests, features, windows, bases, firsts):
+            cache = window_cache(model, window)
+            hypotheses.append(self._finish(request, cache, self._decode_with_fallback(base, f, cache, first)))
+        return hypotheses
+
+    def _encode(self, requests: Sequence[RecognitionRequest]) -> list[torch.Tensor]:
+        """Each window's audio features (1, S_i, n_state), one encoder call per fitted length."""
+        model = self.model
+        frames = [self._frames(r.mel.shape[-1]) for r in requests]
+        features: list[torch.Tensor] = [torch.empty(0)] * len(requests)
+        for width in sorted(set(frames)):
+            rows = [i for i, f in enumerate(frames) if f == width]
+            batch = np.zeros((len(rows), model.dims.n_mels, width), dtype=np.float32)
+            for j, i in enumerate(rows):
+                mel = requests[i].mel
+                n = min(mel.shape[-1], width)
+                if self.options.pad == "silence" and mel.size:
+                    # normalised log-mel bottoms out at max - 2 ((max - 8 + 4) / 4): digital silence
+                    batch[j] = mel.max() - 2.0
+                batch[j, :, :n] = mel[:, -n:] if mel.shape[-1] > width else mel[:, :n]
+            encoded = model.encoder(torch.from_numpy(batch).to(model.device, model.dtype))
+            for j, i in enumerate(rows):
+                features[i] = encoded[j : j + 1]
+        return features
+
+    def _decode_options(self, request: RecognitionRequest) -> DecodeOptions:
+        opts = self.options
+        return DecodeOptions(
             task=request.task,
-            language=request.language if model.is_multilingual else "en",
+            language=request.language if self.model.is_multilingual else "en",
             beam_size=opts.beam_size,
             prompt=tuple(request.prompt) or None,
             prefix=tuple(request.prefix) or None,
             without_timestamps=True,
             sample_len=min(opts.max_new_tokens, 8 + round(opts.max_tokens_per_s * request.mel.shape[-1] / FRAMES_PER_SECOND)),
         )
+
+    def _decode_with_fallback(
+        self, base: DecodeOptions, features: torch.Tensor, cache: KVCache, first: DecodingResult | None = None
+    ) -> DecodingResult:
+        """Decode at each temperature in turn until the result passes the guards.
+
+        ``first``: the result at the first temperature, when already decoded (batched).
+        """
+        opts = self.options
         result = None
-        for temperature in opts.temperatures:
-            result = decode(model, self._tokenizer, features, with_temperature(base, temperature), cache, self._generator)[0]
+        for k, temperature in enumerate(opts.temperatures):
+            if k == 0 and first is not None:
+                result = first
+            else:
+                result = decode(self.model, self._tokenizer, features, with_temperature(base, temperature), cache, self._generator)[0]
             retry = result.compression_ratio > opts.compression_ratio_threshold or (
                 result.avg_logprob < opts.logprob_threshold and result.no_speech_prob <= opts.no_speech_threshold
             )
             if not retry:
                 break
         assert result is not None
+        return result
+
+    def _finish(self, request: RecognitionRequest, cache: KVCache, result: DecodingResult) -> Hypothesis:
+        """The hypothesis of a decoded window, with word timings when asked for."""
+        model = self.model
         tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages, language=result.language, task=request.task)
         words: tuple[HypothesisWord, ...] = ()
         prefix = [t for t in request.prefix if t < tokenizer.eot]

@@ -121,13 +121,17 @@ class CrossAttention(nn.Module):
         # contiguous once per window, not copied again by attention at every token
         return _split_heads(k, self.n_head).contiguous(), _split_heads(v, self.n_head).contiguous()  # (B, H, S, Dh)
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, want_qk: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, k: Tensor, v: Tensor, want_qk: bool = False, mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """``mask`` (B, 1, 1, S) bool hides padded audio frames; the returned scores are unmasked."""
         q = _split_heads(self.query(x), self.n_head)  # (B, H, T, Dh)
         if not want_qk:
-            return self.out(_merge_heads(F.scaled_dot_product_attention(q, k, v))), None
+            return self.out(_merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))), None
         scale = q.shape[-1] ** -0.5
         qk = (q * scale) @ k.transpose(-1, -2)  # (B, H, T, S)
-        weights = qk.float().softmax(dim=-1).to(q.dtype)
+        scores = qk.float() if mask is None else qk.float().masked_fill(~mask, -torch.inf)
+        weights = scores.softmax(dim=-1).to(q.dtype)
         return self.out(_merge_heads(weights @ v)), qk.float()
 
 
@@ -164,7 +168,7 @@ class DecoderBlock(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         x = x + self.attn(self.attn_ln(x), cache, layer, mask=mask, causal=True)
         k, v = cache.cross(layer)
-        attended, qk = self.cross_attn(self.cross_attn_ln(x), k, v, want_qk)
+        attended, qk = self.cross_attn(self.cross_attn_ln(x), k, v, want_qk, cache.cross_mask)
         x = x + attended
         return x + self.mlp(self.mlp_ln(x)), qk
 
@@ -214,6 +218,7 @@ class TextDecoder(nn.Module):
         mask: Tensor | None = None,
         want_qk: bool = False,
         select: Tensor | None = None,
+        row_logits: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
         """tokens (B, T) after ``cache.length`` cached ones -> logits (B, T or 1, n_vocab) in float32.
 
@@ -221,6 +226,9 @@ class TextDecoder(nn.Module):
         (left-padded batches); ``mask`` is an additive or boolean attention mask broadcastable to
         (B, H, T, past + T); ``select`` picks the positions whose logits are wanted (all by
         default). With ``want_qk`` also returns each layer's cross-attention scores.
+        ``row_logits``: quantised logits one row at a time. Dynamic int8 quantisation scales the
+        activations of each call as a whole, so a row batched with others would round (and
+        sometimes decode) differently than alone.
         """
         offset = cache.length
         if positions is None:
@@ -239,7 +247,10 @@ class TextDecoder(nn.Module):
             x = x[:, select]
         x = self.ln(x)
         if self.logits is not None:
-            logits = self.logits(x.float())
+            if row_logits:
+                logits = torch.cat([self.logits(row) for row in x.float().split(1)])
+            else:
+                logits = self.logits(x.float())
         else:
             logits = x @ self.token_embedding.weight.to(x.dtype).T
         return logits.float(), qks

@@ -33,7 +33,10 @@ class Metrics:
             registry=r,
         )
         self.queue_wait = Histogram(
-            "streamwhisper_queue_wait_seconds", "Time a request waited for the worker", buckets=LATENCY_BUCKETS, registry=r
+            "streamwhisper_queue_wait_seconds",
+            "Time a request waited for the worker",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.batch_size = Histogram(
             "streamwhisper_batch_size", "Requests per inference batch", buckets=(1, 2, 4, 8, 12, 16, 32), registry=r

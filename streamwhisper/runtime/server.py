@@ -33,8 +33,8 @@ from streamwhisper.model.recognizer import Recognizer
 
 from . import wire
 from .metrics import Metrics
-from .wire import NativeDialect
 from .session import Dialect, ServerContext, Session
+from .wire import NativeDialect
 from .worker import InferenceWorker
 
 logger = logging.getLogger(__name__)

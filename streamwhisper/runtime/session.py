@@ -94,6 +94,7 @@ class Outbox:
         self._items: deque[tuple[bool, str]] = deque()
         self._limit = limit
         self.peak = 0  # most messages ever waiting
+        self._closed = False
         self._ready = asyncio.Event()
         self.overflowed = asyncio.Event()
 
@@ -111,8 +112,15 @@ class Outbox:
         self.peak = max(self.peak, len(self._items))
         self._ready.set()
 
-    async def get(self) -> str:
+    def close(self) -> None:
+        """No more messages: :meth:`get` returns None once the queue is empty."""
+        self._closed = True
+        self._ready.set()
+
+    async def get(self) -> str | None:
         while not self._items:
+            if self._closed:
+                return None
             self._ready.clear()
             await self._ready.wait()
         return self._items.popleft()[1]
@@ -148,7 +156,8 @@ class Session:
             },
         )
         self.outbox = Outbox(server.max_outbox)
-        self.lag = 0.0
+        self._lag = 0.0  # transcript lag measured at the last result
+        self._lag_at = 0.0  # when
         self._audio_started = False
         self._streamer: Streamer | None = None
         self._resampler: StreamResampler | None = None
@@ -159,6 +168,18 @@ class Session:
         self._received = 0.0  # seconds of 16 kHz audio fed to the streamer
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=4096)  # (audio seconds, monotonic)
         self._last_status = 0.0
+
+    @property
+    def lag(self) -> float:
+        """Seconds the transcript lags the audio: the last measured lag while requests keep coming
+        (or longer, while one is stuck at the worker); 0 once the session went quiet."""
+        now = time.monotonic()
+        waiting = 0.0
+        if self._inflight is not None:
+            waiting = now - self._arrival(self._inflight_end)
+        elif self._streamer is None or now - self._lag_at > 2 * self._streamer.step_s + 1.0:
+            return 0.0
+        return max(self._lag, waiting)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -234,9 +255,8 @@ class Session:
                 raise _Ended("client_gone", wire.CLOSE_NORMAL) from None
             try:
                 if len(message) > limit:
-                    raise ProtocolError(
-                        f"message of {len(message)} bytes is over the limit of {limit}", wire.CLOSE_TOO_BIG, "message_too_big"
-                    )
+                    text = f"message of {len(message)} bytes is over the limit of {limit}"
+                    raise ProtocolError(text, wire.CLOSE_TOO_BIG, "message_too_big")
                 if isinstance(message, bytes):
                     self._on_audio(message)
                 elif self._on_text(message):
@@ -272,7 +292,9 @@ class Session:
                 "model_not_enabled",
             )
         self.info.settings = settings
-        self._streamer = Streamer(self._streaming_config(settings), encode_text=self.ctx.worker.encode_text, key=self.info.id)
+        self._streamer = Streamer(
+            self._streaming_config(settings), encode_text=self.ctx.worker.encode_text, key=self.info.id
+        )
         self._resampler = StreamResampler(settings.sample_rate)
 
     def _streaming_config(self, settings: wire.SessionSettings) -> StreamingConfig:
@@ -345,7 +367,7 @@ class Session:
     def _adapt(self, lag: float) -> None:
         """Longer steps (fewer requests, fewer partials) while the transcript lags the audio."""
         assert self._streamer is not None
-        self.lag = lag
+        self._lag, self._lag_at = lag, time.monotonic()
         server, streaming = self.ctx.config.server, self.ctx.config.streaming
         high = min(server.max_step_s, streaming.max_window_s - streaming.force_commit_s)
         step = self._streamer.step_s
@@ -405,12 +427,11 @@ class Session:
 
     async def _write_loop(self) -> None:
         with contextlib.suppress(ConnectionClosed):
-            while True:
-                text = await self.outbox.get()
+            while (text := await self.outbox.get()) is not None:
                 await self.ws.send(text)
 
     async def _flush_outbox(self, writer: asyncio.Task[None]) -> None:
+        """Let the writer send what is queued (the last message is ``closed``), then stop it."""
+        self.outbox.close()
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.ctx.config.server.shutdown_timeout_s):
-                while len(self.outbox) and not writer.done():
-                    await asyncio.sleep(0.01)
+            await asyncio.wait_for(asyncio.shield(writer), self.ctx.config.server.shutdown_timeout_s)

@@ -12,6 +12,7 @@ request per session (``max_pending`` bounds it anyway).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -145,10 +146,8 @@ class InferenceWorker:
             for i, job in enumerate(live):
                 loop = job.future.get_loop()
                 outcome = results if isinstance(results, BaseException) else results[i]
-                try:
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                     loop.call_soon_threadsafe(_resolve, job.future, outcome)
-                except RuntimeError:  # the loop is closed: nobody waits for it any more
-                    pass
 
 
 def _resolve(future: asyncio.Future[Hypothesis], outcome: Hypothesis | BaseException) -> None:
