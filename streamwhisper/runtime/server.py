@@ -19,6 +19,7 @@ import logging
 import secrets
 import signal
 import ssl
+from collections.abc import Callable
 from importlib.resources import files
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -105,15 +106,16 @@ class Daemon:
             on_batch=self.metrics.observe_batch,
         )
         self.ctx = ServerContext(config, worker, self.metrics, model_name, asyncio.Event())
-        self._dialects: dict[str, Dialect] = {wire.STREAM_PATH: NativeDialect()}
+        # path -> a factory of per-session dialects (compatible protocols keep per-session state)
+        self._dialects: dict[str, Callable[[], Dialect]] = {wire.STREAM_PATH: NativeDialect}
         self._web = _web_files() if config.server.web_page else {}
         self._server: Server | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
         self._closed = asyncio.Event()
 
-    def add_dialect(self, path: str, dialect: Dialect) -> None:
+    def add_dialect(self, path: str, factory: Callable[[], Dialect]) -> None:
         """Serve a compatible protocol on ``path`` (before :meth:`start`)."""
-        self._dialects[path] = dialect
+        self._dialects[path] = factory
 
     @property
     def port(self) -> int:
@@ -227,7 +229,7 @@ class Daemon:
     async def _session(self, ws: ServerConnection) -> None:
         assert ws.request is not None
         url = urlsplit(ws.request.path)
-        dialect = self._dialects[url.path]
+        dialect = self._dialects[url.path]()
         query = dict(parse_qsl(url.query, keep_blank_values=True))
         refusal = self._admit(ws, query)
         if refusal is not None:
