@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from streamwhisper.config import Config, ModelConfig, as_toml_defaults, load_config
+from streamwhisper.config import Config, ModelConfig, ServerConfig, as_toml_defaults, load_config
 from streamwhisper.errors import ConfigError
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig, VadConfig
 
@@ -98,7 +98,8 @@ def _leaf_fields(obj: Any):  # type: ignore[no-untyped-def]
 
 def test_as_toml_defaults_covers_every_dataclass_field() -> None:
     defaults = as_toml_defaults()
-    assert set(defaults) == {"model", "streaming"}
+    assert set(defaults) == {"model", "streaming", "server"}
+    assert set(defaults["server"]) == {f.name for f in dataclasses.fields(ServerConfig)}
     assert set(defaults["model"]) == {f.name for f in dataclasses.fields(ModelConfig)}
     assert set(defaults["streaming"]) == {f.name for f in dataclasses.fields(StreamingConfig)}
     assert set(defaults["streaming"]["vad"]) == {f.name for f in dataclasses.fields(VadConfig)}
@@ -229,14 +230,17 @@ def test_bad_env_value_raises_config_error() -> None:
 def test_unknown_override_raises_config_error() -> None:
     with pytest.raises(ConfigError, match=r"command line.*unknown setting 'colour'"):
         load_config(env={}, overrides={"model": {"colour": "red"}})
-    with pytest.raises(ConfigError, match=r"unknown section \[server\]"):
-        load_config(env={}, overrides={"server": {"port": 1}})
+    with pytest.raises(ConfigError, match=r"unknown section \[daemon\]"):
+        load_config(env={}, overrides={"daemon": {"port": 1}})
 
 
 @pytest.mark.parametrize(
     ("section", "values", "expected"),
     [
         ("model", {"threads": -1}, "threads must be >= 0"),
+        ("server", {"port": 70000}, "port must be in"),
+        ("server", {"tls_cert": "cert.pem"}, "given together"),
+        ("server", {"degrade_lag_s": 9.0}, "degrade_lag_s < server.refuse_lag_s"),
         ("streaming", {"n_mels": 64}, "n_mels must be 80 or 128"),
         ("streaming", {"task": "dance"}, "task must be transcribe or translate"),
         ("streaming", {"min_step_s": 0.01}, "min_step_s"),

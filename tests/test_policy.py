@@ -58,6 +58,20 @@ def test_find_loop(words: str, cut: int | None) -> None:
     assert find_loop(words.split(), max_ngram=8, min_repeats=3) == cut
 
 
+@pytest.mark.parametrize(
+    ("words", "cut"),
+    [
+        ("i think i think so", None),  # a repeated pair is speech
+        ("then the same with ugly ones then the same with ugly ones then the", 6),
+        ("ten of clubs ten of clubs", 3),
+        ("and so and so on", None),
+        ("a b c a b d", None),
+    ],
+)
+def test_find_loop_long_phrases_twice(words: str, cut: int | None) -> None:
+    assert find_loop(words.split(), max_ngram=8, min_repeats=3, long_ngram=3) == cut
+
+
 def test_screen_rejects_silence_low_confidence_and_compression() -> None:
     cfg = PolicyConfig()
     words = [(" hi", 0.0, 0.3)]

@@ -65,6 +65,9 @@ class PolicyConfig:
     # first occurrence.
     loop_max_ngram: int = 8
     loop_min_repeats: int = 3
+    # ... but a phrase of loop_long_ngram words or more repeated twice in a row is a loop too
+    # (a decoder running past the end of short audio says its sentence again); 0 disables.
+    loop_long_ngram: int = 3
     # Words at the start of a new window that repeat the last committed words (up to
     # dedupe_max_ngram of them, within dedupe_window_s of the commit point) are dropped.
     dedupe_max_ngram: int = 5
@@ -85,6 +88,7 @@ class PolicyConfig:
         _check(self.compression_ratio_threshold > 0, "policy.compression_ratio_threshold > 0")
         _check(self.loop_max_ngram >= 1, "policy.loop_max_ngram must be >= 1")
         _check(self.loop_min_repeats >= 2, "policy.loop_min_repeats must be >= 2")
+        _check(self.loop_long_ngram == 0 or self.loop_long_ngram >= 2, "policy.loop_long_ngram must be 0 or >= 2")
         _check(self.dedupe_max_ngram >= 0, "policy.dedupe_max_ngram must be >= 0")
         _check(self.dedupe_window_s >= 0, "policy.dedupe_window_s must be >= 0")
         _check(0 <= self.max_prompt_tokens <= 223, "policy.max_prompt_tokens in [0, 223]")

@@ -39,15 +39,19 @@ def normalize_word(word: str) -> str:
     return "".join(ch for ch in word.casefold() if unicodedata.category(ch)[0] not in "PZC")
 
 
-def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int) -> int | None:
+def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int, long_ngram: int = 0) -> int | None:
     """Index just after the first occurrence of the earliest repeated n-gram loop, or None.
 
     A loop is an n-gram repeated ``min_repeats`` times back to back (``min_repeats + 1`` for a
-    single word, since "no no no" is ordinary speech).
+    single word, since "no no no" is ordinary speech); an n-gram of ``long_ngram`` words or more
+    (0: no such rule) needs only two: people repeat a word or two, not a whole phrase, while a
+    decoder running past the end of short audio says its sentence again.
     """
     best: int | None = None
     for n in range(1, max_ngram + 1):
         repeats = min_repeats + 1 if n == 1 else min_repeats
+        if long_ngram and n >= long_ngram:
+            repeats = 2
         for i in range(len(words) - n * repeats + 1):
             if best is not None and i + n >= best:
                 break
@@ -96,7 +100,9 @@ def screen(hypothesis: Hypothesis, config: PolicyConfig) -> tuple[tuple[Hypothes
     words = tuple(w for w in hypothesis.words if normalize_word(w.word))
     if words and is_non_lexical(words):
         return (), "non_lexical"
-    cut = find_loop([normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats)
+    cut = find_loop(
+        [normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats, config.loop_long_ngram
+    )
     if cut is not None:
         return words[:cut], "loop"
     if hypothesis.compression_ratio > config.compression_ratio_threshold:
