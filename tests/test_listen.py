@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -228,6 +229,16 @@ def test_listen_against_a_daemon(serving_model, monkeypatch, tmp_path, capsys, j
     assert [w["end"] for w in words] == sorted(w["end"] for w in words)
     transcript = " ".join(r["text"] for r in records)
     assert word_error_rate([jfk.reference], [transcript]) <= 0.2, transcript
+
+
+def test_listen_reports_an_unreachable_daemon_in_one_line(monkeypatch, capsys, jfk_16k) -> None:
+    use_microphone(monkeypatch, jfk_16k, 48000, speed=0, then="finish")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"ws://127.0.0.1:{s.getsockname()[1]}"
+    assert cli.main(["listen", "--server", url]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"streamwhisper: error: cannot stream to {url}: "), err
 
 
 def test_listen_without_an_input_device_says_so_in_one_line(monkeypatch, capsys) -> None:

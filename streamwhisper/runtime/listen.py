@@ -126,8 +126,7 @@ def run_listen(
                     sink(event)
 
             if options.server:
-                err.write(f"streamwhisper: listening at {source.samplerate} Hz via {options.server} (Ctrl-C to stop)\n")
-                asyncio.run(_remote(options, source, on_event))
+                asyncio.run(_remote(options, source, on_event, err))
             else:
                 recognizer = load_recognizer()
                 streaming = dataclasses.replace(config.streaming, language=options.language, task=options.task)
@@ -147,8 +146,9 @@ async def _local(
         await capture(source, recognition)
 
 
-async def _remote(options: ListenOptions, source: MicSource, on_event: Callable[[Event], None]) -> None:
+async def _remote(options: ListenOptions, source: MicSource, on_event: Callable[[Event], None], err: TextIO) -> None:
     settings = {"language": options.language, "task": options.task, "label": "listen"}
     assert options.server is not None
     async with RemoteRecognition(options.server, on_event, token=options.token, **settings) as recognition:
+        err.write(f"streamwhisper: listening at {source.samplerate} Hz via {options.server} (Ctrl-C to stop)\n")
         await capture(source, recognition)
