@@ -1,6 +1,7 @@
 """The daemon: a websockets server with admission control, health/metrics and graceful shutdown.
 
-One port serves everything: WebSocket streams (``/v1/stream``, native protocol), ``GET /healthz``,
+One port serves everything: WebSocket streams (``/v1/stream``, native protocol; ``/v1/listen``,
+Deepgram-compatible; ``/``, vosk-server-compatible), ``GET /healthz``,
 ``GET /readyz`` (free capacity; 503 when full or overloaded), ``GET /metrics`` (Prometheus) and
 the browser captioning page at ``/``. Sessions that break the protocol, exceed a limit or are
 refused get an ``error`` message and a close code; the server keeps serving everyone else.
@@ -32,7 +33,7 @@ from streamwhisper.config import Config
 from streamwhisper.errors import ConfigError, ProtocolError
 from streamwhisper.model.recognizer import Recognizer
 
-from . import wire
+from . import deepgram, vosk, wire
 from .metrics import Metrics
 from .session import Dialect, ServerContext, Session
 from .wire import NativeDialect
@@ -107,7 +108,11 @@ class Daemon:
         )
         self.ctx = ServerContext(config, worker, self.metrics, model_name, asyncio.Event())
         # path -> a factory of per-session dialects (compatible protocols keep per-session state)
-        self._dialects: dict[str, Callable[[], Dialect]] = {wire.STREAM_PATH: NativeDialect}
+        self._dialects: dict[str, Callable[[], Dialect]] = {
+            wire.STREAM_PATH: NativeDialect,
+            deepgram.LISTEN_PATH: deepgram.DeepgramDialect,  # Deepgram live streaming
+            vosk.PATH: vosk.VoskDialect,  # vosk-server (WebSocket on /; plain GET / is the page)
+        }
         self._web = _web_files() if config.server.web_page else {}
         self._server: Server | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -242,7 +247,9 @@ class Daemon:
             self.metrics.errors.labels(exc.kind).inc()
             await self._reject(ws, dialect, exc)
             return
-        session = Session(ws, self.ctx, secrets.token_hex(8), settings, dialect)
+        # A dialect may need its own Session (vosk answers every audio frame).
+        session_class: type[Session] = getattr(dialect, "session_class", Session)
+        session = session_class(ws, self.ctx, secrets.token_hex(8), settings, dialect)
         self.ctx.sessions.add(session)
         self.metrics.sessions.set(len(self.ctx.sessions))
         self.metrics.sessions_total.inc()
