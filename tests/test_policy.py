@@ -309,6 +309,17 @@ def test_prompt_copies_are_dropped_in_prefixed_windows_too() -> None:
     assert texts(events) == [("Partial", "seven")]
 
 
+def test_a_prefixed_window_repeating_the_last_committed_words_drops_them() -> None:
+    p = committed_six()
+    # After the forced prefix the decoder says its last phrase again: that is not new speech.
+    events = p.observe(hyp(later("five six seven")), 0.0, 6.0, prefixed=True)
+    assert texts(events) == [("Partial", "seven")]
+    # One repeated word may be speech ("the the"): kept.
+    q = committed_six()
+    events = q.observe(hyp(later("six seven")), 0.0, 6.0, prefixed=True)
+    assert texts(events) == [("Partial", "six seven")]
+
+
 def test_copy_guard_lookback_and_switch() -> None:
     # Committed words older than copy_lookback_words are not compared.
     p = committed_six(dataclasses.replace(AGREEMENT, copy_lookback_words=5))

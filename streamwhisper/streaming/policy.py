@@ -276,7 +276,10 @@ class CommitPolicy:
             out.append(Word(w.word, round(start, 3), round(end, 3), w.probability))
             prev_end = end
         out = self._drop_copied_runs(out)
-        return out if prefixed else self._drop_repeated_tail(out)
+        # After a forced prefix the decoder starts right after the committed words, so words
+        # repeating them are the decoder saying its last phrase again (two words at least: a
+        # single repeated word may be a real "the the").
+        return self._drop_repeated_tail(out, min_words=2 if prefixed else 1)
 
     def _drop_copied_runs(self, words: list[Word]) -> list[Word]:
         """Drop runs of ``copy_min_words`` or more words that repeat recently committed text.
@@ -298,7 +301,7 @@ class CommitPolicy:
             logger.debug("dropped %d word(s) copying committed text", sum(drop))
         return [w for w, d in zip(words, drop) if not d]
 
-    def _drop_repeated_tail(self, words: list[Word]) -> list[Word]:
+    def _drop_repeated_tail(self, words: list[Word], min_words: int = 1) -> list[Word]:
         """Drop leading words that repeat the committed tail right at a soft commit point."""
         cfg = self._config
         if not (self._soft_boundary and words and self._tail):
@@ -307,7 +310,7 @@ class CommitPolicy:
             return words
         tail = [normalize_word(w.word) for w in list(self._tail)[-cfg.dedupe_max_ngram :]]
         head = [normalize_word(w.word) for w in words[: cfg.dedupe_max_ngram]]
-        for n in range(min(len(tail), len(head)), 0, -1):
+        for n in range(min(len(tail), len(head)), min_words - 1, -1):
             if tail[-n:] == head[:n]:
                 logger.debug("dropped %d word(s) repeating the committed tail", n)
                 return words[n:]
