@@ -240,6 +240,9 @@ class DeepgramDialect:
             return self.error(event.code, event.message)
         raise TypeError(f"not an event: {event!r}")
 
+    def audio(self, session: Any) -> None:
+        return None
+
     def error(self, code: str, message: str) -> str:
         return wire.dumps({"type": "Error", "variant": code, "description": message, "message": message})
 

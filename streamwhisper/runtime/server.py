@@ -248,8 +248,7 @@ class Daemon:
             await self._reject(ws, dialect, exc)
             return
         # A dialect may need its own Session (vosk answers every audio frame).
-        session_class: type[Session] = getattr(dialect, "session_class", Session)
-        session = session_class(ws, self.ctx, secrets.token_hex(8), settings, dialect)
+        session = Session(ws, self.ctx, secrets.token_hex(8), settings, dialect)
         self.ctx.sessions.add(session)
         self.metrics.sessions.set(len(self.ctx.sessions))
         self.metrics.sessions_total.inc()

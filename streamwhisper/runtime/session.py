@@ -51,6 +51,11 @@ class Dialect(Protocol):
 
     def event(self, event: Event, session: SessionInfo) -> str | None: ...
 
+    def audio(self, session: SessionInfo) -> tuple[str, bool] | None:
+        """An answer to every audio frame (vosk's protocol), and whether a newer one may
+        replace it while unsent; None for protocols that do not answer audio."""
+        ...
+
     def error(self, code: str, message: str) -> str | None: ...
 
     def status(self, lag_s: float, step_s: float) -> str | None: ...
@@ -315,6 +320,9 @@ class Session:
         self._audio_started = True
         assert self._resampler is not None
         self._feed(self._resampler.process(samples))
+        answer = self.dialect.audio(self.info)
+        if answer is not None:
+            self._send(*answer)
 
     def _feed(self, samples: Any) -> None:
         if not len(samples):

@@ -23,9 +23,8 @@ punctuation and casing included.
 
 Malformed input (bad JSON, other messages, a bad config value) raises
 :class:`~streamwhisper.errors.ProtocolError` (1007): the client gets ``{"error": "..."}``, the
-last result and that close code. Because the answer to each audio frame cannot be written by a
-Dialect alone, this module also has :class:`VoskSession`, which the daemon uses for dialects
-that name it as their ``session_class``.
+last result and that close code. The answer to each audio frame comes from
+:meth:`VoskDialect.audio`, which the session calls after every binary frame.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from streamwhisper.errors import ProtocolError
 from streamwhisper.events import Error, Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 
 from . import wire
-from .session import Session
 
 PATH = "/"
 QUERY_SETTINGS = ("sample_rate", "language")
@@ -73,14 +71,10 @@ class VoskDialect:
     def __init__(self) -> None:
         self.show_words = True
         self.max_alternatives = 0
-        self.audio_started = False  # set by VoskSession at the first audio frame
+        self.audio_started = False  # set at the first audio frame
         self._done: deque[_Utterance] = deque()  # ended utterances not yet sent
         self._current = _Utterance([], [])  # finals of the utterance going on
         self._partial = ""
-
-    @property
-    def session_class(self) -> type[Session]:
-        return VoskSession
 
     # -- client -> server ---------------------------------------------------------------------
 
@@ -128,8 +122,9 @@ class VoskDialect:
             raise TypeError(f"not an event: {event!r}")
         return None
 
-    def reply(self) -> tuple[str, bool]:
+    def audio(self, session: Any) -> tuple[str, bool]:
         """The answer to an audio frame, and whether it is a partial (a newer one may replace it)."""
+        self.audio_started = True
         if self._done:
             return self._result(self._done.popleft()), False
         partial = " ".join(t for t in (self._current.text, self._partial) if t)
@@ -166,15 +161,3 @@ class VoskDialect:
         if self.show_words and words:
             return wire.dumps({"result": words, "text": utterance.text})
         return wire.dumps({"text": utterance.text})
-
-
-class VoskSession(Session):
-    """A session that answers every audio frame with one message, as vosk-server does."""
-
-    def _on_audio(self, data: bytes) -> None:
-        dialect = self.dialect
-        assert isinstance(dialect, VoskDialect)
-        dialect.audio_started = True
-        super()._on_audio(data)
-        text, partial = dialect.reply()
-        self._send(text, replaceable=partial)

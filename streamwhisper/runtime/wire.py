@@ -298,6 +298,9 @@ class NativeDialect:
         message = event_message(event, session.settings)
         return None if message is None else dumps(message)
 
+    def audio(self, session: Any) -> None:
+        return None
+
     def error(self, code: str, message: str) -> str:
         return dumps(error_message(code, message))
 
