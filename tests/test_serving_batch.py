@@ -1,0 +1,163 @@
+"""Batched greedy decoding in WhisperRecognizer equals decoding each request alone.
+
+The requests are real: the ones a Streamer issues over a few eval clips (windows of different
+lengths, so of different fitted audio contexts, with and without prompts and prefixes). Each
+batch goes through ``recognize`` once with batched decoding and again one request at a time on
+the reference path (``batch_decode=False``, ``decode()`` per window); tokens, text and words must
+be the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from streamwhisper.audio.files import load_audio
+from streamwhisper.audio.mel import log_mel
+from streamwhisper.bench import replay
+from streamwhisper.model.loading import load_model
+from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
+from streamwhisper.model.serving import RecognizerOptions, WhisperRecognizer
+from streamwhisper.model.whisper import Whisper
+from streamwhisper.streaming.streamer import Streamer
+
+CLIPS = ("read_en/en_jfk", "read_en/en_ls_dev_1272-141231-0002")
+
+
+class _Recording:
+    """Serves a Streamer with the real recogniser and keeps every request it was asked."""
+
+    def __init__(self, recognizer: WhisperRecognizer) -> None:
+        self.recognizer = recognizer
+        self.requests: list[RecognitionRequest] = []
+
+    def recognize(self, requests: list[RecognitionRequest]) -> list[Hypothesis]:
+        self.requests.extend(requests)
+        return self.recognizer.recognize(requests)
+
+
+@pytest.fixture(scope="module")
+def default_model() -> Whisper:
+    return load_model("tiny.en")  # the default compute type (int8 logits), as the daemon runs it
+
+
+@pytest.fixture(scope="module")
+def streamed(default_model: Whisper, shared_data: Path) -> list[RecognitionRequest]:
+    """Every request a Streamer issued over the clips."""
+    recognizer = WhisperRecognizer(default_model)
+    recording = _Recording(recognizer)
+    for clip in CLIPS:
+        path = shared_data / "eval" / "wav" / f"{clip}.wav"
+        if not path.is_file():
+            pytest.skip(f"missing {path}")
+        replay(Streamer(encode_text=recognizer.encode_text), recording, load_audio(path), aware=False)
+    return recording.requests
+
+
+def _check_variety(recognizer: WhisperRecognizer, batch: list[RecognitionRequest]) -> None:
+    """The batch exercises what batching must get right (else the comparison proves little)."""
+    widths = {recognizer._frames(r.mel.shape[-1]) for r in batch}
+    assert len(widths) >= 2, "windows of different fitted audio contexts"
+    assert len({r.mel.shape[-1] for r in batch}) >= len(batch) // 2, "windows of different lengths"
+    assert any(r.prompt for r in batch) and any(not r.prompt for r in batch)
+    assert any(r.prefix for r in batch) and any(not r.prefix for r in batch)
+
+
+def _assert_same(batched: list[Hypothesis], alone: list[Hypothesis]) -> None:
+    assert len(batched) == len(alone)
+    for i, (b, a) in enumerate(zip(batched, alone, strict=True)):
+        where = f"request {i}: {a.text!r}"
+        assert b.tokens == a.tokens, where
+        assert b.text == a.text, where
+        assert b.temperature == a.temperature, where
+        assert b.language == a.language, where
+        assert b.avg_logprob == pytest.approx(a.avg_logprob, abs=1e-4), where
+        assert b.no_speech_prob == pytest.approx(a.no_speech_prob, abs=1e-4), where
+        assert b.compression_ratio == pytest.approx(a.compression_ratio), where
+        assert [w.word for w in b.words] == [w.word for w in a.words], where
+        for wb, wa in zip(b.words, a.words, strict=True):
+            assert wb.start == pytest.approx(wa.start, abs=0.02), (where, wb, wa)
+            assert wb.end == pytest.approx(wa.end, abs=0.02), (where, wb, wa)
+            assert wb.probability == pytest.approx(wa.probability, abs=1e-3), (where, wb, wa)
+
+
+def _compare(
+    model: Whisper, batch: list[RecognitionRequest], options: RecognizerOptions | None = None
+) -> list[Hypothesis]:
+    options = options or RecognizerOptions()
+    batched = WhisperRecognizer(model, replace(options, batch_decode=True)).recognize(batch)
+    reference = WhisperRecognizer(model, replace(options, batch_decode=False))  # one generator, same order
+    alone = [reference.recognize([r])[0] for r in batch]
+    _assert_same(batched, alone)
+    return batched
+
+
+def _windows_3_to_10_s(streamed: list[RecognitionRequest]) -> list[RecognitionRequest]:
+    return [r for r in streamed if 300 <= r.mel.shape[-1] <= 1000]
+
+
+def test_streamed_requests_decode_the_same_batched(default_model: Whisper, streamed: list[RecognitionRequest]) -> None:
+    # the windows of 3-10 s of two streams, as concurrent sessions would send them
+    batch = _windows_3_to_10_s(streamed)[:16]
+    _check_variety(WhisperRecognizer(default_model), batch)
+    hypotheses = _compare(default_model, batch)
+    assert sum(bool(h.words) for h in hypotheses) >= len(batch) // 2
+    assert len({len(h.tokens) for h in hypotheses}) >= 3, "rows finish at different steps"
+
+
+def test_short_windows_float32(tiny_model: Whisper, streamed: list[RecognitionRequest]) -> None:
+    """The short windows (under 3 s) with a few long ones, on the fp32 model (plain logits)."""
+    batch = [r for r in streamed if r.mel.shape[-1] < 300] + _windows_3_to_10_s(streamed)[::5]
+    _check_variety(WhisperRecognizer(tiny_model), batch)
+    _compare(tiny_model, batch)
+
+
+def test_sample_len_and_context_budgets(default_model: Whisper, streamed: list[RecognitionRequest]) -> None:
+    """Rows cut by their own sample_len (window length) and by the 448-token context."""
+    recognizer = WhisperRecognizer(default_model)
+    with_prefix = next(r for r in streamed if r.prefix)
+    long_context = replace(  # both longer than their budgets: initial_tokens keeps their ends
+        with_prefix,
+        prompt=tuple(recognizer.encode_text(" Ask not what your country can do for you." * 40)),
+        prefix=with_prefix.prefix * 60,
+    )
+    short = replace(streamed[0], mel=streamed[0].mel[:, :150])  # 1.5 s: sample_len 8 + 9
+    batch = [long_context, short, *_windows_3_to_10_s(streamed)[:2], replace(long_context, prompt=())]
+    options = RecognizerOptions(max_new_tokens=12, temperatures=(0.0,))
+    hypotheses = _compare(default_model, batch, options)
+    # 223 prompt + 212 prefix (224 - sample_len) + 3 special tokens: 10 tokens to n_ctx
+    assert len(hypotheses[0].tokens) == 10, "the long-context row stops at the context"
+    assert max(len(h.tokens) for h in hypotheses[1:]) == 12, "some row stops at max_new_tokens"
+
+
+def test_detected_languages_batched(base_model: Whisper, shared_data: Path) -> None:
+    """Multilingual: rows with languages detected (de, en) or given, each its own sot sequence."""
+    mels = []
+    for clip, seconds in (("multilingual/ml_de_picovoice", 5.0), ("read_en/en_jfk", 4.0)):
+        path = shared_data / "eval" / "wav" / f"{clip}.wav"
+        if not path.is_file():
+            pytest.skip(f"missing {path}")
+        mels.append(log_mel(load_audio(path)[: int(seconds * 16000)], base_model.dims.n_mels))
+    recognizer = WhisperRecognizer(base_model)
+    prompt = tuple(recognizer.encode_text(" Und so weiter."))
+    batch = [
+        RecognitionRequest(mel=mels[0], prompt=prompt),
+        RecognitionRequest(mel=mels[1], prefix=tuple(recognizer.encode_text(" And so"))),
+        RecognitionRequest(mel=mels[0], language="de", task="translate"),
+    ]
+    hypotheses = _compare(base_model, batch)
+    assert [h.language for h in hypotheses] == ["de", "en", "de"]
+
+
+def test_a_request_decodes_the_same_whatever_its_batch(
+    default_model: Whisper, streamed: list[RecognitionRequest]
+) -> None:
+    """Windows are encoded at their own audio context: a short window batched with a long one
+    gives what it gives alone (encoding every window at the batch's longest did not)."""
+    short = min(streamed, key=lambda r: r.mel.shape[-1])
+    long = max(streamed, key=lambda r: r.mel.shape[-1])
+    recognizer = WhisperRecognizer(default_model)
+    assert recognizer._frames(short.mel.shape[-1]) < recognizer._frames(long.mel.shape[-1])
+    _assert_same(recognizer.recognize([long, short, long])[1:2], recognizer.recognize([short]))
