@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from .memory import release_free_memory
 from .weights import DEFAULT_MODEL, build_model, resolve_weights
 from .whisper import Whisper
 
@@ -95,4 +96,6 @@ def load_model(
     elif compute_type != "float32":
         model = model.to(DTYPES[compute_type])
     log.info("loaded model %s (%s, %s)", name, device, compute_type)
-    return model.to(device)
+    model = model.to(device)
+    release_free_memory()  # the weight file's temporary copies
+    return model

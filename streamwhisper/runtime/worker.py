@@ -19,9 +19,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from streamwhisper.model.memory import release_free_memory
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest, Recognizer
 
 logger = logging.getLogger(__name__)
+
+TRIM_EVERY_S = 30.0
 
 
 class WorkerOverloaded(RuntimeError):
@@ -125,7 +128,11 @@ class InferenceWorker:
             return batch
 
     def _run(self) -> None:
+        trimmed = time.monotonic()
         while (batch := self._take()) is not None:
+            if time.monotonic() - trimmed > TRIM_EVERY_S:  # windows of many sizes come and go:
+                release_free_memory()  # keep the allocator's free pages from piling up
+                trimmed = time.monotonic()
             live = [job for job in batch if not job.future.cancelled()]
             if not live:
                 continue
