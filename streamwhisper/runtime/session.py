@@ -379,7 +379,9 @@ class Session:
         server, streaming = self.ctx.config.server, self.ctx.config.streaming
         high = min(server.max_step_s, streaming.max_window_s - streaming.force_commit_s)
         step = self._streamer.step_s
-        if lag > server.degrade_lag_s:
+        # Only a saturated worker is overload; a lag of a batch or two on an idle one is not,
+        # and longer steps would only add latency there.
+        if lag > server.degrade_lag_s and self.ctx.worker.stats.utilization() > 0.9:
             new = min(step * 1.5, high)
         elif lag < server.degrade_lag_s / 3:
             new = max(step / 1.5, streaming.min_step_s)

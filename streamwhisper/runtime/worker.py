@@ -16,6 +16,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,6 +47,14 @@ class WorkerStats:
     busy_seconds: float = 0.0
     failures: int = 0
     last_batch: int = 0
+    recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=256))  # (start, end)
+
+    def utilization(self, window_s: float = 5.0) -> float:
+        """Fraction of the last ``window_s`` seconds the worker spent recognising."""
+        now = time.monotonic()
+        since = now - window_s
+        busy = sum(min(end, now) - max(start, since) for start, end in list(self.recent) if end > since)
+        return min(busy / window_s, 1.0)
 
 
 class InferenceWorker:
@@ -148,6 +157,7 @@ class InferenceWorker:
             self.stats.batches += 1
             self.stats.busy_seconds += took
             self.stats.last_batch = len(live)
+            self.stats.recent.append((began, began + took))
             if self._on_batch is not None:
                 self._on_batch(len(live), took, [began - j.submitted for j in live])
             for i, job in enumerate(live):
