@@ -36,7 +36,7 @@ import _common as common
 OURS, FW, OAI = "ours", "faster-whisper", "openai-whisper"
 ENGINES = (OURS, FW, OAI)
 DEFAULT_MODELS = ("tiny.en", "base")
-DEFAULT_COMPUTE = {OURS: ("int8_logits", "float32", "int8"), FW: ("int8", "float32"), OAI: ("float32",)}
+DEFAULT_COMPUTE = {OURS: ("mixed", "int8_logits", "float32", "int8"), FW: ("int8", "float32"), OAI: ("float32",)}
 QUICK_SECONDS = 20.0
 LANGUAGE = "en"
 
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compute",
         default=",".join(DEFAULT_COMPUTE[OURS]),
-        help="our compute types (default int8_logits,float32,int8)",
+        help="our compute types (default mixed,int8_logits,float32,int8)",
     )
     parser.add_argument(
         "--fw-compute",

@@ -19,7 +19,7 @@ from streamwhisper.errors import ConfigError
 from streamwhisper.evaluation import word_error_rate
 from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
-from streamwhisper.model.loading import load_model
+from streamwhisper.model.loading import cpu_has, load_model
 from streamwhisper.model.tokenizer import get_tokenizer
 from streamwhisper.model.transcribe import Transcriber
 from streamwhisper.model.whisper import ModelDimensions, Whisper
@@ -407,6 +407,24 @@ def test_bfloat16_runs_on_cpu_close_to_float32(tiny_model: Whisper, jfk_mel: np.
 def test_default_compute_type_loads_with_warnings_as_errors() -> None:
     model = load_model("tiny.en")
     assert model.decoder.logits is not None
+
+
+def test_mixed_compute_type_keeps_fp16_decoder_weights_and_an_exact_enough_encoder(
+    tiny_model: Whisper, jfk_mel: np.ndarray, jfk_audio: np.ndarray
+) -> None:
+    model = load_model("tiny.en", compute_type="mixed")
+    assert model.decoder.logits is not None  # the int8 output projection
+    fc1 = model.decoder.blocks[0].mlp[0]
+    assert fc1._packed_params.dtype == torch.float16  # decoder weights stored as float16
+    features = _encode(model, jfk_mel)
+    reference = _encode(tiny_model, jfk_mel)
+    assert features.dtype == torch.float32
+    if cpu_has("avx512_bf16", "amx_bf16"):
+        assert model.encoder.autocast_dtype == torch.bfloat16
+        assert not torch.equal(features, reference)
+    assert torch.nn.functional.cosine_similarity(features.flatten(), reference.flatten(), dim=0) > 0.999
+    result = Transcriber(model).transcribe(jfk_audio)
+    assert word_error_rate([JFK_REFERENCE], [result.text]) <= 0.1
 
 
 @IGNORE_QUANT_DEPRECATION

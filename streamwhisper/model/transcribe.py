@@ -190,7 +190,8 @@ class Transcriber:
                 if not single_ending and ends and ends[-1] > time_offset:
                     seek = round(ends[-1] * FRAMES_PER_SECOND)
             for seg in current:
-                if seg.start == seg.end or not seg.text.strip():
+                # zero-length segments and text without a letter or digit (". . ." on noise)
+                if seg.start == seg.end or not any(ch.isalnum() for ch in seg.text):
                     seg.text, seg.tokens, seg.words = "", [], [] if options.word_timestamps else None
             current = [s for s in current if s.text]
             segments.extend(current)

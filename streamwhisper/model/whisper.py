@@ -181,12 +181,21 @@ class AudioEncoder(nn.Module):
         self.register_buffer("positional_embedding", sinusoids(n_ctx, n_state))
         self.blocks = nn.ModuleList([EncoderBlock(n_state, n_head) for _ in range(n_layer)])
         self.ln_post = LayerNorm(n_state)
+        # Set (torch.bfloat16) to run convolutions, projections and attention in that dtype
+        # under CPU autocast while the residual stream and LayerNorms stay float32.
+        self.autocast_dtype: torch.dtype | None = None
 
     def forward(self, mel: Tensor) -> Tensor:
         """mel (B, n_mels, n_frames) -> audio features (B, n_frames // 2, n_state).
 
         n_frames may be below 3000 (a shorter audio context); positions are taken from the start.
         """
+        if self.autocast_dtype is None:
+            return self._forward(mel)
+        with torch.autocast(mel.device.type, dtype=self.autocast_dtype):
+            return self._forward(mel).to(mel.dtype)
+
+    def _forward(self, mel: Tensor) -> Tensor:
         x = F.gelu(self.conv1(mel))
         x = F.gelu(self.conv2(x)).permute(0, 2, 1)  # (B, S, n_state)
         pos: Tensor = self.positional_embedding  # type: ignore[assignment]
