@@ -86,7 +86,8 @@ def _assert_same(batched: list[Hypothesis], alone: list[Hypothesis]) -> None:
 def _compare(
     model: Whisper, batch: list[RecognitionRequest], options: RecognizerOptions | None = None
 ) -> list[Hypothesis]:
-    options = options or RecognizerOptions()
+    # a fixed audio context: "auto" would encode a batch (fit) and a window alone (full) apart
+    options = replace(options or RecognizerOptions(), audio_ctx="fit")
     batched = WhisperRecognizer(model, replace(options, batch_decode=True)).recognize(batch)
     reference = WhisperRecognizer(model, replace(options, batch_decode=False))  # one generator, same order
     alone = [reference.recognize([r])[0] for r in batch]
