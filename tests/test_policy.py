@@ -91,6 +91,17 @@ def test_screen_rejects_silence_low_confidence_and_compression() -> None:
     assert [w.word for w in kept] == [" hi", " there"]
 
 
+def test_screen_drops_a_hypothesis_that_is_only_a_stock_phrase() -> None:
+    cfg = PolicyConfig()
+    outro = [(" Thanks", 0.0, 0.3), (" for", 0.3, 0.5), (" watching!", 0.5, 0.9)]
+    assert screen(hyp(outro), cfg) == ((), "stock_phrase")
+    # inside longer speech the same words are kept
+    longer = [(" Thanks", 0.0, 0.3), (" for", 0.3, 0.5), (" watching", 0.5, 0.9), (" us", 0.9, 1.1)]
+    kept, reason = screen(hyp(longer), cfg)
+    assert reason == "" and len(kept) == 4
+    assert screen(hyp(outro), PolicyConfig(stock_phrases=()))[1] == ""
+
+
 # --- CommitPolicy -----------------------------------------------------------------------------
 
 

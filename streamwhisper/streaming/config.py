@@ -60,6 +60,17 @@ class PolicyConfig:
     no_speech_hard_threshold: float = 0.6
     min_mean_word_probability: float = 0.5
     compression_ratio_threshold: float = 2.4
+    # Whisper's stock hallucinations (video outros from its training data, written on birdsong,
+    # music and noise): a hypothesis that is nothing but one of these phrases (compared
+    # case-folded, without punctuation) is dropped. Said inside longer speech, they are kept.
+    stock_phrases: tuple[str, ...] = (
+        "thanks for watching",
+        "thank you for watching",
+        "thanks for watching and see you next time",
+        "please subscribe",
+        "like and subscribe",
+        "subtitles by the amara org community",
+    )
     # An n-gram (n <= loop_max_ngram) repeated loop_min_repeats times in a row is a decoding loop
     # (unigrams need one more repeat: "no no no" is speech); the hypothesis is cut after its
     # first occurrence.

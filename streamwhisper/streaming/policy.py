@@ -100,6 +100,8 @@ def screen(hypothesis: Hypothesis, config: PolicyConfig) -> tuple[tuple[Hypothes
     words = tuple(w for w in hypothesis.words if normalize_word(w.word))
     if words and is_non_lexical(words):
         return (), "non_lexical"
+    if " ".join(normalize_word(w.word) for w in words) in config.stock_phrases:
+        return (), "stock_phrase"
     cut = find_loop(
         [normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats, config.loop_long_ngram
     )
