@@ -56,9 +56,14 @@ def streamed(default_model: Whisper, shared_data: Path) -> list[RecognitionReque
     return recording.requests
 
 
+# A fixed audio context ("auto" would encode a batch fitted and a window alone at 30 s), fitted
+# with a small minimum so that a batch holds windows of several encoder widths.
+FIT = {"audio_ctx": "fit", "min_ctx_s": 4.0}
+
+
 def _check_variety(recognizer: WhisperRecognizer, batch: list[RecognitionRequest]) -> None:
     """The batch exercises what batching must get right (else the comparison proves little)."""
-    widths = {recognizer._frames(r.mel.shape[-1]) for r in batch}
+    widths = {recognizer._frames(r.mel.shape[-1], len(batch)) for r in batch}
     assert len(widths) >= 2, "windows of different fitted audio contexts"
     assert len({r.mel.shape[-1] for r in batch}) >= len(batch) // 2, "windows of different lengths"
     assert any(r.prompt for r in batch) and any(not r.prompt for r in batch)
@@ -86,8 +91,7 @@ def _assert_same(batched: list[Hypothesis], alone: list[Hypothesis]) -> None:
 def _compare(
     model: Whisper, batch: list[RecognitionRequest], options: RecognizerOptions | None = None
 ) -> list[Hypothesis]:
-    # a fixed audio context: "auto" would encode a batch (fit) and a window alone (full) apart
-    options = replace(options or RecognizerOptions(), audio_ctx="fit")
+    options = replace(options or RecognizerOptions(), **FIT)
     batched = WhisperRecognizer(model, replace(options, batch_decode=True)).recognize(batch)
     reference = WhisperRecognizer(model, replace(options, batch_decode=False))  # one generator, same order
     alone = [reference.recognize([r])[0] for r in batch]
@@ -102,7 +106,7 @@ def _windows_3_to_10_s(streamed: list[RecognitionRequest]) -> list[RecognitionRe
 def test_streamed_requests_decode_the_same_batched(default_model: Whisper, streamed: list[RecognitionRequest]) -> None:
     # the windows of 3-10 s of two streams, as concurrent sessions would send them
     batch = _windows_3_to_10_s(streamed)[:16]
-    _check_variety(WhisperRecognizer(default_model), batch)
+    _check_variety(WhisperRecognizer(default_model, RecognizerOptions(**FIT)), batch)
     hypotheses = _compare(default_model, batch)
     assert sum(bool(h.words) for h in hypotheses) >= len(batch) // 2
     assert len({len(h.tokens) for h in hypotheses}) >= 3, "rows finish at different steps"
@@ -111,18 +115,19 @@ def test_streamed_requests_decode_the_same_batched(default_model: Whisper, strea
 def test_short_windows_float32(tiny_model: Whisper, streamed: list[RecognitionRequest]) -> None:
     """The short windows (under 3 s) with a few long ones, on the fp32 model (plain logits)."""
     batch = [r for r in streamed if r.mel.shape[-1] < 300] + _windows_3_to_10_s(streamed)[::5]
-    _check_variety(WhisperRecognizer(tiny_model), batch)
+    _check_variety(WhisperRecognizer(tiny_model, RecognizerOptions(**FIT)), batch)
     _compare(tiny_model, batch)
 
 
 def test_sample_len_and_context_budgets(default_model: Whisper, streamed: list[RecognitionRequest]) -> None:
     """Rows cut by their own sample_len (window length) and by the 448-token context."""
     recognizer = WhisperRecognizer(default_model)
-    with_prefix = next(r for r in streamed if r.prefix)
+    # a window of 2 s at least: its own sample_len (8 + 6 per second) is above max_new_tokens
+    with_prefix = next(r for r in streamed if r.prefix and r.mel.shape[-1] >= 200)
     long_context = replace(  # both longer than their budgets: initial_tokens keeps their ends
         with_prefix,
         prompt=tuple(recognizer.encode_text(" Ask not what your country can do for you." * 40)),
-        prefix=with_prefix.prefix * 60,
+        prefix=with_prefix.prefix * 300,
     )
     short = replace(streamed[0], mel=streamed[0].mel[:, :150])  # 1.5 s: sample_len 8 + 9
     batch = [long_context, short, *_windows_3_to_10_s(streamed)[:2], replace(long_context, prompt=())]
@@ -159,6 +164,6 @@ def test_a_request_decodes_the_same_whatever_its_batch(
     gives what it gives alone (encoding every window at the batch's longest did not)."""
     short = min(streamed, key=lambda r: r.mel.shape[-1])
     long = max(streamed, key=lambda r: r.mel.shape[-1])
-    recognizer = WhisperRecognizer(default_model)
-    assert recognizer._frames(short.mel.shape[-1]) < recognizer._frames(long.mel.shape[-1])
+    recognizer = WhisperRecognizer(default_model, RecognizerOptions(**FIT))
+    assert recognizer._frames(short.mel.shape[-1], 3) < recognizer._frames(long.mel.shape[-1], 3)
     _assert_same(recognizer.recognize([long, short, long])[1:2], recognizer.recognize([short]))

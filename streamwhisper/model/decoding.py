@@ -288,13 +288,18 @@ def suppress_token_ids(tokenizer: Tokenizer, option: str | tuple[int, ...] | Non
     return sorted(set(ids))
 
 
+def kept_prefix(prefix: list[int], n_ctx: int, sample_len: int) -> list[int]:
+    """The end of a forced prefix that fits the decoder's budget (what decoding is forced to)."""
+    budget = n_ctx // 2 - sample_len
+    return prefix[-budget:] if budget > 0 else prefix
+
+
 def initial_tokens(tokenizer: Tokenizer, options: DecodeOptions, n_ctx: int, sample_len: int) -> list[int]:
     """[<|startofprev|> prompt] sot-sequence [<|notimestamps|>] [prefix]."""
     tokens = list(tokenizer.sot_sequence_including_notimestamps if options.without_timestamps else tokenizer.sot_sequence)
     if options.prefix:
         prefix = tokenizer.encode(" " + options.prefix.strip()) if isinstance(options.prefix, str) else list(options.prefix)
-        budget = n_ctx // 2 - sample_len
-        tokens += prefix[-budget:] if budget > 0 else prefix
+        tokens += kept_prefix(prefix, n_ctx, sample_len)
     if options.prompt:
         prompt = tokenizer.encode(" " + options.prompt.strip()) if isinstance(options.prompt, str) else list(options.prompt)
         tokens = [tokenizer.sot_prev] + prompt[-(n_ctx // 2 - 1) :] + tokens

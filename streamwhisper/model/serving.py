@@ -11,7 +11,7 @@ import torch
 
 from ..audio.mel import FRAMES_PER_SECOND, N_FRAMES
 from .batch_decoding import decode_greedy_batch, window_cache, window_cross
-from .decoding import DecodeOptions, DecodingResult, decode, with_temperature
+from .decoding import DecodeOptions, DecodingResult, decode, kept_prefix, with_temperature
 from .kv_cache import KVCache
 from .recognizer import Hypothesis, HypothesisWord, RecognitionRequest
 from .timing import clamp_long_words, find_alignment, merge_punctuations
@@ -101,7 +101,8 @@ class WhisperRecognizer:
         hypotheses = []
         for request, f, window, base, first in zip(requests, features, windows, bases, firsts, strict=True):
             cache = window_cache(model, window)
-            hypotheses.append(self._finish(request, cache, self._decode_with_fallback(base, f, cache, first)))
+            result = self._decode_with_fallback(base, f, cache, first)
+            hypotheses.append(self._finish(request, cache, result, base.sample_len or self.model.dims.n_text_ctx // 2))
         return hypotheses
 
     def _encode(self, requests: Sequence[RecognitionRequest]) -> list[torch.Tensor]:
@@ -163,13 +164,14 @@ class WhisperRecognizer:
         assert result is not None
         return result
 
-    def _finish(self, request: RecognitionRequest, cache: KVCache, result: DecodingResult) -> Hypothesis:
+    def _finish(self, request: RecognitionRequest, cache: KVCache, result: DecodingResult, sample_len: int) -> Hypothesis:
         """The hypothesis of a decoded window, with word timings when asked for."""
         model, task = self.model, cast(Task, request.task)
         n_languages = model.num_languages
         tokenizer = get_tokenizer(model.is_multilingual, num_languages=n_languages, language=result.language, task=task)
         words: tuple[HypothesisWord, ...] = ()
-        prefix = [t for t in request.prefix if t < tokenizer.eot]
+        # the part of the prefix decoding was forced to (a very long one loses its start)
+        prefix = kept_prefix([t for t in request.prefix if t < tokenizer.eot], model.dims.n_text_ctx, sample_len)
         text_tokens = [t for t in result.tokens if t < tokenizer.eot]
         if request.word_timestamps and text_tokens:
             n_frames = min(request.mel.shape[-1], N_FRAMES)
