@@ -224,15 +224,15 @@ ONE_TWO = [(" one", 0.5, 0.9), (" two", 1.0, 1.4)]
 
 def test_windows_shorter_than_min_commit_window_commit_nothing() -> None:
     cfg = PolicyConfig()
-    assert cfg.min_commit_window_s == 2.0
+    assert cfg.min_commit_window_s == 3.0
     p = CommitPolicy(cfg)
     words = [(w, s + 10.0, e + 10.0) for w, s, e in ONE_TWO]
     assert texts(p.observe(hyp(words, 10.0), 10.0, 11.5)) == [("Partial", "one two")]
-    # The next hypothesis agrees, but its window is 1.99 s long: agreement only.
-    assert p.observe(hyp(words, 10.0), 10.0, 11.99) == []
+    # The next hypothesis agrees, but its window is 2.99 s long: agreement only.
+    assert p.observe(hyp(words, 10.0), 10.0, 12.99) == []
     assert p.committed_end == 0.0 and [w.word for w in p.pending] == [" one", " two"]
     # A window of min_commit_window_s commits what it agrees on with the short one before.
-    events = p.observe(hyp([*words, (" three", 11.5, 11.9)], 10.0), 10.0, 12.0)
+    events = p.observe(hyp([*words, (" three", 12.0, 12.5)], 10.0), 10.0, 13.0)
     assert texts(events) == [("Final", "one two"), ("Partial", "three")]
     assert p.committed_end == 11.4
 

@@ -27,9 +27,10 @@ class RecognizerOptions:
     (tiny.en streamed over read_en: WER 7.1 %, as offline, against 13.4 % with "fit"). "fit"
     encodes only the filled part of a window (rounded up to ``ctx_step_s`` and at least
     ``min_ctx_s``), as whisper.cpp's audio_ctx does: a 5 s window costs a fifth of a 30 s one.
-    "auto" (the default): "full" for batches of at most ``full_ctx_max_batch`` windows (one
-    stream, an idle daemon), "fit" for larger ones, so that a loaded daemon trades accuracy
-    for keeping up (longform WER: 6.2 % offline; streamed 7.0 % full, 7.7 % fit at 10 s).
+    "auto": "full" for batches of at most ``full_ctx_max_batch`` windows (one stream, an idle
+    daemon), "fit" for larger ones (longform WER: 6.2 % offline; streamed 7.0 % full, 7.7 % fit
+    at 10 s, 9.5 % at 6 s). "fit" at 6 s stays the default until "full"'s word probabilities on
+    sub-second windows are fixed (they fall below the policy's floor and drop utterances).
     """
 
     beam_size: int | None = None
@@ -37,13 +38,13 @@ class RecognizerOptions:
     compression_ratio_threshold: float = 2.4
     logprob_threshold: float = -1.0
     no_speech_threshold: float = 0.6
-    audio_ctx: str = "auto"
+    audio_ctx: str = "fit"
     full_ctx_max_batch: int = 1
     # Windows per encoder call: the encoder is compute-bound, so larger calls gain little on a
     # CPU while their activations (and the process's peak memory) grow with every window.
     encode_batch: int = 2
     ctx_step_s: float = 2.0
-    min_ctx_s: float = 10.0
+    min_ctx_s: float = 6.0
     max_new_tokens: int = 128
     # Speech runs at 2-4 tokens per second; a window decoding far more is looping. Capping the
     # tokens at this rate (plus a few) bounds the cost of a loop before the guards drop it.
