@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import jiwer
 import numpy as np
 import pytest
 from live_server import LiveServer
@@ -24,7 +25,7 @@ from websockets.sync.client import connect as sync_connect
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
 from streamwhisper.client import StreamClient, stream_file
-from streamwhisper.evaluation import Clip, read_manifest, word_error_rate
+from streamwhisper.evaluation import Clip, normalize, read_manifest, word_error_rate
 
 CLIPS = [
     "en_jfk",
@@ -264,5 +265,9 @@ def test_sigterm_mid_stream_delivers_finals_for_all_audio_sent(clips, tmp_path) 
         closed = check_stream(messages)
         assert code == 1001 and closed["reason"] == "shutdown"
         assert closed["audio_seconds"] == pytest.approx(len(audio[name]) / 16000, abs=0.01)
+        # every word heard arrives: few deletions (a lost tail); a misheard word is the model's
+        reference, hypothesis = normalize(clips[name].reference), normalize(transcript(messages))
+        deleted = jiwer.process_words(reference, hypothesis).deletions / len(reference.split())
+        assert deleted <= 0.15, f"{name}: the tail was lost? {deleted:.2f} deleted: {transcript(messages)!r}"
         wer = word_error_rate([clips[name].reference], [transcript(messages)])
-        assert wer <= 0.25, f"{name}: the tail was lost? WER {wer:.2f}: {transcript(messages)!r}"
+        assert wer <= 0.4, f"{name}: WER {wer:.2f}: {transcript(messages)!r}"
