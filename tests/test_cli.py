@@ -20,7 +20,7 @@ import pytest
 from streamwhisper import cli
 from streamwhisper.evaluation import normalize
 
-# torch.ao.quantization warns that it is deprecated when the default compute type (mixed) is
+# torch.ao.quantization warns that it is deprecated when the default compute type (int8_logits) is
 # loaded; see test_model.py::test_default_compute_type_loads_with_warnings_as_errors.
 pytestmark = pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated:DeprecationWarning")
 

@@ -36,7 +36,7 @@ OPENAI_WHISPER_NONSPEECH_WORDS = 17  # words openai-whisper tiny.en emits over t
 
 @pytest.fixture(scope="module")
 def default_model() -> Whisper:
-    """tiny.en with the default compute type (mixed on the CPU)."""
+    """tiny.en with the default compute type (int8_logits on the CPU)."""
     with warnings.catch_warnings():
         # torch.ao.quantization's deprecation warning escapes load_model (see test_model.py's xfail)
         warnings.filterwarnings("ignore", "torch.ao.quantization is deprecated", DeprecationWarning)
