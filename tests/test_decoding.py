@@ -84,6 +84,27 @@ def _clip(shared_data: Path, clip_id: str) -> np.ndarray:
 # ---------------------------------------------------------------- reference equality: tiny.en
 
 
+def test_greedy_token_logprobs_are_the_model_s_for_the_chosen_tokens(
+    tiny_model: Whisper, english: Tokenizer, tiny_features: torch.Tensor
+) -> None:
+    options = DecodeOptions(without_timestamps=True)
+    result = decode(tiny_model, english, tiny_features, options)[0]
+    assert len(result.token_logprobs) == len(result.tokens) > 10
+    start = initial_tokens(english, options, tiny_model.dims.n_text_ctx, 224)
+    sequence = [*start, *result.tokens]
+    with torch.inference_mode():
+        logits, _ = tiny_model.decoder(torch.tensor([sequence]), tiny_model.new_cache(tiny_features))
+    # the decoder's own log-probs of each chosen token, after the same suppression
+    logits = logits[0, len(start) - 1 : -1].float().clone()
+    logits[:, suppress_token_ids(english, options.suppress_tokens)] = -torch.inf
+    logits[0, english.encode(" ") + [english.eot]] = -torch.inf  # SuppressBlank
+    logprobs = torch.log_softmax(logits, dim=-1)
+    forced = logprobs[torch.arange(len(result.tokens)), torch.tensor(result.tokens)].tolist()
+    assert result.token_logprobs == pytest.approx(forced, abs=1e-3)
+    # avg_logprob also counts the end-of-text token, whose log-prob is <= 0
+    assert sum(result.token_logprobs) >= result.avg_logprob * (len(result.tokens) + 1) - 1e-4
+
+
 @pytest.mark.parametrize("timestamps", [False, True], ids=["text", "timestamps"])
 def test_tiny_greedy_equals_reference(
     tiny_model: Whisper, english: Tokenizer, tiny_features: torch.Tensor, reference: dict, timestamps: bool

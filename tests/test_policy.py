@@ -224,15 +224,15 @@ ONE_TWO = [(" one", 0.5, 0.9), (" two", 1.0, 1.4)]
 
 def test_windows_shorter_than_min_commit_window_commit_nothing() -> None:
     cfg = PolicyConfig()
-    assert cfg.min_commit_window_s == 3.0
+    assert cfg.min_commit_window_s == 2.0
     p = CommitPolicy(cfg)
     words = [(w, s + 10.0, e + 10.0) for w, s, e in ONE_TWO]
     assert texts(p.observe(hyp(words, 10.0), 10.0, 11.5)) == [("Partial", "one two")]
-    # The next hypothesis agrees, but its window is 2.99 s long: agreement only.
-    assert p.observe(hyp(words, 10.0), 10.0, 12.99) == []
+    # The next hypothesis agrees, but its window is 1.99 s long: agreement only.
+    assert p.observe(hyp(words, 10.0), 10.0, 11.99) == []
     assert p.committed_end == 0.0 and [w.word for w in p.pending] == [" one", " two"]
     # A window of min_commit_window_s commits what it agrees on with the short one before.
-    events = p.observe(hyp([*words, (" three", 12.0, 12.5)], 10.0), 10.0, 13.0)
+    events = p.observe(hyp([*words, (" three", 11.5, 11.6)], 10.0), 10.0, 12.0)
     assert texts(events) == [("Final", "one two"), ("Partial", "three")]
     assert p.committed_end == 11.4
 
@@ -417,7 +417,7 @@ def test_golden_agreement_and_endpoint() -> None:
 
 
 def test_golden_agreement_with_default_settings() -> None:
-    # The same speech with the defaults: windows under 3 s commit nothing; then the committed
+    # The same speech with the defaults: windows under 2 s commit nothing; then the committed
     # words stay in the window and are sent as the forced prefix of the endpoint request.
     misheard = [(" Hello", 0.4, 0.8), (" word", 0.8, 1.0)]
     run_scenario(
@@ -511,3 +511,33 @@ def test_low_word_probability_is_dropped() -> None:
     low = Hypothesis(" hello there", (), words, avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.0, language="en")
     assert screen(low, PolicyConfig()) == ((), "low_word_probability")
     assert screen(low, PolicyConfig(min_mean_word_probability=0.4))[1] == ""
+
+
+def _doubted(words: Sequence[tuple[str, float, float]], offset: float = 0.0) -> Hypothesis:
+    """A hypothesis whose words the model barely believes (probability 0.3)."""
+    h = hyp(words, offset)
+    return dataclasses.replace(h, words=tuple(dataclasses.replace(w, probability=0.3) for w in h.words))
+
+
+def test_doubted_words_the_previous_hypothesis_said_are_kept() -> None:
+    # The tail of an utterance, decoded again alone at its endpoint (a short window padded to
+    # 30 s): the model doubts " you." it was sure of a moment before; agreement vouches for it.
+    def said_for_you() -> CommitPolicy:
+        policy = CommitPolicy(PolicyConfig())
+        policy.observe(hyp([(" for", 7.0, 7.2)]), 0.0, 7.5)
+        assert texts(policy.observe(hyp([(" for", 7.0, 7.2), (" you.", 7.3, 7.7)]), 0.0, 8.0)) == [
+            ("Final", "for"), ("Partial", "you.")
+        ]
+        return policy
+
+    policy = said_for_you()
+    events = policy.observe(_doubted([(" you.", 7.3, 7.7)], offset=7.26), 7.26, 8.16, endpoint=True)
+    finals = [e for e in events if isinstance(e, Final)]
+    assert [f.text for f in finals] == ["you."] and finals[0].endpoint
+    # ... doubted words the previous hypothesis did not say are dropped
+    policy = said_for_you()
+    events = policy.observe(_doubted([(" thank", 7.3, 7.5), (" you.", 7.5, 7.7)], offset=7.26), 7.26, 8.16, endpoint=True)
+    assert not [e for e in events if isinstance(e, Final) and e.text]
+    # ... and with nothing said before, doubt drops the hypothesis
+    events = CommitPolicy(PolicyConfig()).observe(_doubted([(" you.", 0.3, 0.7)]), 0.0, 1.0, endpoint=True)
+    assert not [e for e in events if isinstance(e, Final) and e.text]

@@ -12,7 +12,7 @@ from fakes import SR, EnergyVad, Spoken, ToneRecognizer, label_of, synth
 from streamwhisper.errors import AudioFormatError, ConfigError
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
-from streamwhisper.streaming.config import StreamingConfig
+from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 from streamwhisper.streaming.streamer import RequestWindow, Streamer, run_sync
 
 MAX_RING = 30 * SR
@@ -121,11 +121,12 @@ def test_window_limit_forces_commits_in_continuous_speech(prefix: bool) -> None:
 
 
 def test_a_short_utterance_commits_only_at_its_endpoint() -> None:
-    # 2.4 s of speech: every window is shorter than min_commit_window_s (3 s).
+    # 2.4 s of speech: every window is shorter than min_commit_window_s (3 s here).
     audio, spoken = synth(5.5, seed=6, continuous=(0.0, 5.5))
     assert 2.0 < spoken[-1].end - spoken[0].start < 3.0 - 0.3
     recognizer = ToneRecognizer()
-    streamer = Streamer(vad=EnergyVad(), encode_text=recognizer.encode_text)
+    config = StreamingConfig(policy=PolicyConfig(min_commit_window_s=3.0))
+    streamer = Streamer(config, vad=EnergyVad(), encode_text=recognizer.encode_text)
     events = feed_all(streamer, recognizer, audio, [1_600])
     check_stream(events, spoken)
     finals = [e for e in events if isinstance(e, Final)]

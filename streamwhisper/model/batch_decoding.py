@@ -157,6 +157,7 @@ def decode_greedy_batch(
     alive = torch.ones(n_rows, dtype=torch.bool)  # per batch row
     sum_logprobs = torch.zeros(n_rows)  # per original row
     out: list[list[int]] = [[] for _ in range(n_rows)]
+    out_logprobs: list[list[float]] = [[] for _ in range(n_rows)]
     last = torch.empty(0, dtype=torch.long)
     for step in range(max(sample_lens)):
         if step > 0:
@@ -178,9 +179,11 @@ def decode_greedy_batch(
         last = logits.argmax(dim=-1).cpu()
         logprobs = F.log_softmax(logits.float(), dim=-1).cpu()
         live = batch[alive]
-        sum_logprobs[live] += logprobs[alive, last[alive]]
-        for r, token in zip(live.tolist(), last[alive].tolist(), strict=True):
+        current = logprobs[alive, last[alive]]
+        sum_logprobs[live] += current
+        for r, token, lp in zip(live.tolist(), last[alive].tolist(), current.tolist(), strict=True):
             out[r].append(token)
+            out_logprobs[r].append(lp)
         alive &= (last != eot) & (step + 1 < budget)
         if not alive.any():
             break
@@ -199,6 +202,7 @@ def decode_greedy_batch(
                 temperature=0.0,
                 compression_ratio=compression_ratio(text),
                 language_probs=language_probs[r],
+                token_logprobs=out_logprobs[r][: len(chosen)],
             )
         )
     return results

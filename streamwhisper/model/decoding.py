@@ -169,9 +169,14 @@ class GreedyDecoder:
     def __init__(self, temperature: float, eot: int, n_group: int = 1, generator: torch.Generator | None = None) -> None:
         self.temperature, self.eot, self.n_group = temperature, eot, n_group
         self.generator = generator
+        self.steps: list[Tensor] = []  # log-prob of each row's sampled token, step by step
 
     def reset(self) -> None:
-        pass
+        self.steps = []
+
+    def token_logprobs(self, row: int, n: int) -> list[float]:
+        """Log-probabilities (at temperature 1) of the first ``n`` tokens sampled in ``row``."""
+        return [float(step[row]) for step in self.steps[:n]]
 
     def update(self, tokens: Tensor, logits: Tensor, sum_logprobs: Tensor, cache: KVCache) -> tuple[Tensor, bool]:
         if self.temperature == 0:
@@ -181,6 +186,7 @@ class GreedyDecoder:
             next_tokens = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
         logprobs = F.log_softmax(logits.float(), dim=-1)
         current = logprobs[torch.arange(logprobs.shape[0]), next_tokens]
+        self.steps.append(current)
         finished = tokens[:, -1] == self.eot
         sum_logprobs += current * ~finished
         next_tokens[finished] = self.eot
@@ -424,6 +430,8 @@ def _decode_group(
         best = rank_by_likelihood(texts, scores[i], options.length_penalty)
         chosen = texts[best]
         text = tokenizer.decode(chosen).strip()
+        # per-token log-probs of the greedy or sampled path (beam search keeps only sums)
+        token_logprobs = decoder.token_logprobs(i * n_group + best, len(chosen)) if isinstance(decoder, GreedyDecoder) else []
         results.append(
             DecodingResult(
                 tokens=chosen,
@@ -433,6 +441,7 @@ def _decode_group(
                 no_speech_prob=no_speech_probs[i],
                 temperature=options.temperature,
                 compression_ratio=compression_ratio(text),
+                token_logprobs=token_logprobs,
             )
         )
     return results

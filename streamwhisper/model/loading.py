@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 DTYPES = {
     "mixed": torch.float32,  # bf16 encoder, fp16-weight decoder, int8 logits: fastest accurate
     "float32": torch.float32,
-    "int8_logits": torch.float32,  # fp32 with an int8 output projection: the CPU default
+    "int8_logits": torch.float32,  # fp32 with an int8 output projection
     "int8": torch.float32,  # every Linear int8: fastest, slightly less accurate
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
@@ -91,7 +91,7 @@ def load_model(
         name: a known model name (``tiny.en``, ``base``, official names), a CTranslate2 model
             directory, or an OpenAI ``.pt`` checkpoint.
         device: ``cpu``, ``cuda`` or ``cuda:N``.
-        compute_type: ``default`` (``int8_logits`` on CPU, ``float16`` on CUDA), ``float32``,
+        compute_type: ``default`` (``mixed`` on CPU, ``float16`` on CUDA), ``float32``,
             ``mixed``, ``int8_logits`` or ``int8`` (CPU only), ``float16`` (CUDA) or ``bfloat16``.
     Raises:
         ModelLoadError: unknown name, missing package, failed download, corrupt file.
@@ -103,7 +103,7 @@ def load_model(
     if device != "cpu" and not is_cuda:
         raise ConfigError(f"unknown device {device!r} (use cpu or cuda)")
     if compute_type == "default":
-        compute_type = "float16" if is_cuda else "int8_logits"
+        compute_type = "float16" if is_cuda else "mixed"
     if compute_type not in DTYPES:
         raise ConfigError(f"unknown compute type {compute_type!r} (choose from default, {', '.join(DTYPES)})")
     if compute_type in ("int8", "int8_logits", "mixed") and is_cuda:

@@ -38,13 +38,13 @@ class RecognizerOptions:
     compression_ratio_threshold: float = 2.4
     logprob_threshold: float = -1.0
     no_speech_threshold: float = 0.6
-    audio_ctx: str = "fit"
+    audio_ctx: str = "auto"
     full_ctx_max_batch: int = 1
     # Windows per encoder call: the encoder is compute-bound, so larger calls gain little on a
     # CPU while their activations (and the process's peak memory) grow with every window.
     encode_batch: int = 2
     ctx_step_s: float = 2.0
-    min_ctx_s: float = 6.0
+    min_ctx_s: float = 10.0
     max_new_tokens: int = 128
     # Speech runs at 2-4 tokens per second; a window decoding far more is looping. Capping the
     # tokens at this rate (plus a few) bounds the cost of a loop before the guards drop it.
@@ -181,6 +181,10 @@ class WhisperRecognizer:
             clamp_long_words(alignment)
             merge_punctuations(alignment)
             limit = n_frames / FRAMES_PER_SECOND
+            # Word probabilities from the decoding pass, which saw the prompt: the alignment
+            # pass doesn't, and on a short window padded to 30 s it doubts words the decoder
+            # was sure of (" you." at 0.01).
+            decoded = _token_probabilities(result, tokenizer.eot, len(text_tokens))
             seen = 0
             kept = []
             for timing in alignment:
@@ -188,7 +192,10 @@ class WhisperRecognizer:
                 seen += len(timing.tokens)
                 if timing.word and first >= len(prefix):
                     start, end = min(timing.start, limit), min(timing.end, limit)
-                    kept.append(HypothesisWord(timing.word, start, end, timing.probability))
+                    probability = timing.probability
+                    if decoded is not None and timing.tokens:
+                        probability = float(np.mean(decoded[first - len(prefix) : seen - len(prefix)]))
+                    kept.append(HypothesisWord(timing.word, start, end, probability))
             words = tuple(kept)
         return Hypothesis(
             text=result.text,
@@ -200,3 +207,12 @@ class WhisperRecognizer:
             language=result.language,
             temperature=result.temperature,
         )
+
+
+def _token_probabilities(result: DecodingResult, eot: int, n_text: int) -> np.ndarray | None:
+    """Probabilities of the result's text tokens as decoded, or None when decoding kept no
+    per-token log-probs (beam search)."""
+    logprobs = [lp for t, lp in zip(result.tokens, result.token_logprobs) if t < eot]
+    if len(result.token_logprobs) != len(result.tokens) or len(logprobs) != n_text:
+        return None
+    return np.exp(np.asarray(logprobs, dtype=np.float64))

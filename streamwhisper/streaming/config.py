@@ -86,7 +86,7 @@ class PolicyConfig:
     # LocalAgreement: a word agreed by two consecutive hypotheses is committed when it ends at
     # least commit_margin_s before its window's end and the window is min_commit_window_s long.
     commit_margin_s: float = 0.3
-    min_commit_window_s: float = 3.0
+    min_commit_window_s: float = 2.0
     # A run of copy_min_words words repeating the last copy_lookback_words committed words is
     # a copy of the prompt, not speech (0 disables the guard).
     copy_min_words: int = 5

@@ -82,12 +82,17 @@ def is_non_lexical(words: Sequence[HypothesisWord]) -> bool:
     return True
 
 
-def screen(hypothesis: Hypothesis, config: PolicyConfig) -> tuple[tuple[HypothesisWord, ...], str]:
+def screen(
+    hypothesis: Hypothesis, config: PolicyConfig, vouched: Callable[[Sequence[HypothesisWord]], bool] | None = None
+) -> tuple[tuple[HypothesisWord, ...], str]:
     """The usable words of a hypothesis and why the rest was dropped ('' when nothing was).
 
     Silence (high ``no_speech_prob`` with low ``avg_logprob``), a log-probability below the
     floor and a high compression ratio without a visible loop reject the whole hypothesis; a
     repeated n-gram loop is cut after its first occurrence. Punctuation-only words are dropped.
+    ``vouched(words)``: whether the previous hypothesis already said these words; doubted words
+    (a low mean probability) are kept when it did: a short window padded to 30 s lowers the
+    model's confidence, not the words' truth.
     """
     if hypothesis.no_speech_prob > config.no_speech_threshold and hypothesis.avg_logprob < config.no_speech_logprob:
         return (), "no_speech"
@@ -96,7 +101,8 @@ def screen(hypothesis: Hypothesis, config: PolicyConfig) -> tuple[tuple[Hypothes
     if hypothesis.no_speech_prob > config.no_speech_hard_threshold:
         return (), "no_speech_hard"
     if hypothesis.words and sum(w.probability for w in hypothesis.words) / len(hypothesis.words) < config.min_mean_word_probability:
-        return (), "low_word_probability"
+        if vouched is None or not vouched(hypothesis.words):
+            return (), "low_word_probability"
     words = tuple(w for w in hypothesis.words if normalize_word(w.word))
     if words and is_non_lexical(words):
         return (), "non_lexical"
@@ -172,7 +178,11 @@ class CommitPolicy:
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
         this hypothesis becomes final and the commit point moves to ``window_end``.
         """
-        words, reason = screen(hypothesis, self._config)
+        words, reason = screen(hypothesis, self._config, lambda ws: self._vouched(ws, window_start, window_end, prefixed))
+        logger.debug(
+            "hypothesis at %.2f-%.2f s%s%s: %r", window_start, window_end, " (prefixed)" if prefixed else "",
+            " (endpoint)" if endpoint else "", " ".join(f"{w.word.strip()}:{w.probability:.2f}" for w in hypothesis.words),
+        )
         if reason:
             logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
         placed = self._place(words, window_start, window_end, prefixed)
@@ -260,6 +270,13 @@ class CommitPolicy:
             prompt = tuple(self._encode("".join(w.word for w in before[-cfg.max_prompt_tokens :])))
             prompt = prompt[-cfg.max_prompt_tokens :]
         return prompt, prefix
+
+    def _vouched(self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool) -> bool:
+        """Whether the uncommitted words of the latest hypothesis begin with these words."""
+        placed = self._place([w for w in words if normalize_word(w.word)], window_start, window_end, prefixed)
+        return 0 < len(placed) <= len(self._pending) and all(
+            normalize_word(a.word) == normalize_word(b.word) for a, b in zip(placed, self._pending)
+        )
 
     def _place(
         self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool = False
