@@ -297,7 +297,7 @@ def later(words: str, start: float = 3.0) -> list[tuple[str, float, float]]:
 
 
 def test_a_run_of_five_committed_words_is_dropped_as_a_prompt_copy() -> None:
-    assert (PolicyConfig().copy_min_words, PolicyConfig().copy_lookback_words) == (5, 60)
+    assert (PolicyConfig().copy_min_words, PolicyConfig().copy_lookback_words) == (5, 32)
     p = committed_six()
     # The model copies five committed words (the prompt) into new audio: they are dropped.
     events = p.observe(hyp(later("seven two three four five six eight"), 2.8), 2.8, 6.0)
@@ -541,3 +541,15 @@ def test_doubted_words_the_previous_hypothesis_said_are_kept() -> None:
     # ... and with nothing said before, doubt drops the hypothesis
     events = CommitPolicy(PolicyConfig()).observe(_doubted([(" you.", 0.3, 0.7)]), 0.0, 1.0, endpoint=True)
     assert not [e for e in events if isinstance(e, Final) and e.text]
+
+
+def test_a_short_hypothesis_with_one_doubted_word_is_dropped() -> None:
+    # "Thank you." on music: the arithmetic mean (0.52) passes the 0.5 floor, the geometric
+    # mean of a hypothesis of three words or fewer (0.26) does not.
+    words = (HypothesisWord(" Thank", 0.0, 0.4, 0.07), HypothesisWord(" you.", 0.4, 0.8, 0.96))
+    thanks = Hypothesis(" Thank you.", (), words, avg_logprob=-0.8, no_speech_prob=0.3, compression_ratio=1.0, language="en")
+    assert screen(thanks, PolicyConfig()) == ((), "low_word_probability")
+    # a longer hypothesis keeps the arithmetic mean: one doubted word does not drop a sentence
+    longer = words + tuple(HypothesisWord(f" w{i}", 1.0 + i, 1.5 + i, 0.6) for i in range(3))
+    kept, reason = screen(dataclasses.replace(thanks, words=longer), PolicyConfig())
+    assert reason == "" and len(kept) == 5

@@ -82,10 +82,10 @@ def test_five_minutes_of_speech_nothing_lost_or_duplicated(trim_after_s: float) 
     # plus the step (and a chunk) once agreement commits, less than 8 s when trimming at once.
     limit = 800 if trim_after_s == 0 else round((trim_after_s + config.min_step_s + 0.1) * 100)
     assert max(r.mel.shape[1] for r in recognizer.requests) <= limit
-    # Requests are conditioned on the last committed words (at most 223 "tokens"); the prompt
+    # Requests are conditioned on the last committed words (at most max_prompt_tokens); the prompt
     # and the forced prefix (the committed words in the window) are consecutive spoken words.
     labels = "".join(chr(65 + s.label) for s in spoken)
-    assert max(len(r.prompt) for r in recognizer.requests) == 223
+    assert max(len(r.prompt) for r in recognizer.requests) == StreamingConfig().policy.max_prompt_tokens
     assert all("".join(chr(65 + t) for t in r.prompt + r.prefix) in labels for r in recognizer.requests)
     prefixed = sum(bool(r.prefix) for r in recognizer.requests)
     if trim_after_s == 0:
@@ -170,7 +170,7 @@ def test_committed_words_stay_in_the_window_as_a_forced_prefix_until_it_is_trim_
         assert all(w.start >= window.start for w in inside)
         assert request.prefix == tuple(label_of(w.word) for w in inside)
         outside = [label_of(w.word) for w in before if w.end <= window.start]
-        assert request.prompt == tuple(outside[-223:])
+        assert request.prompt == tuple(outside[-config.policy.max_prompt_tokens :])
         assert window.end - window.start <= config.trim_after_s + config.min_step_s + 0.1
 
     trims = 0

@@ -152,6 +152,32 @@ def test_word_timestamps_equal_reference_with_default_heads(
     assert_words_monotonic(words, result.duration)
 
 
+def test_alignment_with_known_token_probabilities_times_words_the_same(
+    default_heads: Whisper, jfk_audio: np.ndarray, reference: dict
+) -> None:
+    # The short pass (no logits, no blocks after the last alignment head) serving uses once
+    # decoding gave the tokens' probabilities: the same timings, the given probabilities.
+    from streamwhisper.audio.mel import log_mel, pad_or_trim
+    from streamwhisper.model.timing import find_alignment
+
+    model = default_heads
+    tokenizer = get_tokenizer(False)
+    tokens = [t for t in reference["jfk"]["tiny.en"]["greedy_tokens_timestamps_False"] if t < tokenizer.eot]
+    mel = torch.from_numpy(pad_or_trim(log_mel(jfk_audio), 3000))[None]
+    with torch.inference_mode():
+        cache = model.new_cache(model.encoder(mel))
+        full = find_alignment(model, tokenizer, tokens, cache, 1100)
+        given = [0.5 + i / (2 * len(tokens)) for i in range(len(tokens))]
+        short = find_alignment(model, tokenizer, tokens, cache, 1100, token_probs=given)
+    assert [w.word for w in short] == [w.word for w in full] and len(full) > 20
+    assert [(w.start, w.end) for w in short] == [(w.start, w.end) for w in full]
+    assert [w.probability for w in short] != [w.probability for w in full]
+    seen = 0
+    for w in short:
+        assert w.probability == pytest.approx(np.mean(given[seen : seen + len(w.tokens)]))
+        seen += len(w.tokens)
+
+
 def test_word_timestamps_with_config_heads_are_monotonic(
     tiny_model: Whisper, jfk_audio: np.ndarray, reference: dict
 ) -> None:

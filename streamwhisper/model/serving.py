@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -176,15 +177,16 @@ class WhisperRecognizer:
         text_tokens = [t for t in result.tokens if t < tokenizer.eot]
         if request.word_timestamps and text_tokens:
             n_frames = min(request.mel.shape[-1], N_FRAMES)
+            # Word probabilities from the decoding pass, which saw the prompt: the alignment
+            # pass doesn't, and on a short window padded to 30 s it doubts words the decoder
+            # was sure of (" you." at 0.01). Knowing them, the alignment pass skips the logits.
+            decoded = _token_probabilities(result, tokenizer.eot, len(text_tokens))
+            probs = None if decoded is None else [0.0] * len(prefix) + decoded
             # Align the prefix too (better timings), then keep only the words after it.
-            alignment = find_alignment(model, tokenizer, prefix + text_tokens, cache, n_frames)
+            alignment = find_alignment(model, tokenizer, prefix + text_tokens, cache, n_frames, token_probs=probs)
             clamp_long_words(alignment)
             merge_punctuations(alignment)
             limit = n_frames / FRAMES_PER_SECOND
-            # Word probabilities from the decoding pass, which saw the prompt: the alignment
-            # pass doesn't, and on a short window padded to 30 s it doubts words the decoder
-            # was sure of (" you." at 0.01).
-            decoded = _token_probabilities(result, tokenizer.eot, len(text_tokens))
             seen = 0
             kept = []
             for timing in alignment:
@@ -192,10 +194,7 @@ class WhisperRecognizer:
                 seen += len(timing.tokens)
                 if timing.word and first >= len(prefix):
                     start, end = min(timing.start, limit), min(timing.end, limit)
-                    probability = timing.probability
-                    if decoded is not None and timing.tokens:
-                        probability = float(np.mean(decoded[first - len(prefix) : seen - len(prefix)]))
-                    kept.append(HypothesisWord(timing.word, start, end, probability))
+                    kept.append(HypothesisWord(timing.word, start, end, timing.probability))
             words = tuple(kept)
         return Hypothesis(
             text=result.text,
@@ -209,10 +208,10 @@ class WhisperRecognizer:
         )
 
 
-def _token_probabilities(result: DecodingResult, eot: int, n_text: int) -> np.ndarray | None:
+def _token_probabilities(result: DecodingResult, eot: int, n_text: int) -> list[float] | None:
     """Probabilities of the result's text tokens as decoded, or None when decoding kept no
     per-token log-probs (beam search)."""
     logprobs = [lp for t, lp in zip(result.tokens, result.token_logprobs) if t < eot]
     if len(result.token_logprobs) != len(result.tokens) or len(logprobs) != n_text:
         return None
-    return np.exp(np.asarray(logprobs, dtype=np.float64))
+    return [math.exp(lp) for lp in logprobs]

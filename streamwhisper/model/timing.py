@@ -8,6 +8,7 @@ token the audio frames it attends to.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,24 +89,33 @@ def find_alignment(
     num_frames: int,
     medfilt_width: int = 7,
     qk_scale: float = 1.0,
+    token_probs: Sequence[float] | None = None,
 ) -> list[WordTiming]:
     """Per-word timings (seconds from the window start) of ``text_tokens`` in one window.
 
     ``cache`` holds the window's cross-attention K/V (one row); it is reset and reused.
+    ``token_probs``: the tokens' probabilities when known (from decoding them); the pass then
+    skips the logits and the decoder blocks after the last alignment head. Otherwise they are
+    the alignment pass's own, as the reference computes them.
     """
     if not text_tokens:
         return []
     tokens = [*tokenizer.sot_sequence, tokenizer.no_timestamps, *text_tokens, tokenizer.eot]
-    cache.trim(0)
-    logits, qks = model.decoder(torch.tensor([tokens], device=model.device), cache, want_qk=True)
-    cache.trim(0)
-    n_sot = len(tokenizer.sot_sequence)
-    sampled = logits[0, n_sot : n_sot + len(text_tokens), : tokenizer.eot]
-    probs = sampled.softmax(dim=-1)
-    text_token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].tolist()
-
     heads = model.alignment_heads.nonzero().tolist()
-    weights = torch.stack([qks[layer][0, head] for layer, head in heads])  # (heads, T, S)
+    n_sot = len(tokenizer.sot_sequence)
+    batch = torch.tensor([tokens], device=model.device)
+    cache.trim(0)
+    if token_probs is not None and len(token_probs) == len(text_tokens):
+        scores = model.decoder.cross_attention_scores(batch, cache, {layer for layer, _ in heads})
+        text_token_probs = list(token_probs)
+    else:
+        logits, qks = model.decoder(batch, cache, want_qk=True)
+        scores = dict(enumerate(qks))
+        probs = logits[0, n_sot : n_sot + len(text_tokens), : tokenizer.eot].softmax(dim=-1)
+        text_token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].tolist()
+    cache.trim(0)
+
+    weights = torch.stack([scores[layer][0, head] for layer, head in heads])  # (heads, T, S)
     weights = weights[:, :, : num_frames // 2]
     weights = (weights * qk_scale).softmax(dim=-1)
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)

@@ -9,6 +9,7 @@ explicit :class:`~streamwhisper.model.kv_cache.KVCache` passed in by the caller.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 
 import torch
@@ -263,6 +264,23 @@ class TextDecoder(nn.Module):
         else:
             logits = x @ self.token_embedding.weight.to(x.dtype).T
         return logits.float(), qks
+
+    def cross_attention_scores(self, tokens: Tensor, cache: KVCache, layers: Collection[int]) -> dict[int, Tensor]:
+        """Cross-attention scores (B, H, T, S) of ``layers`` for ``tokens`` after the cached ones.
+
+        Runs the blocks up to the last of ``layers`` only, and no logits: what word alignment
+        needs once the tokens' probabilities are known (from decoding them).
+        """
+        offset = cache.length
+        x = self.token_embedding(tokens) + self.positional_embedding[offset : offset + tokens.shape[-1]]
+        x = x.to(cache.dtype)
+        scores: dict[int, Tensor] = {}
+        for i, block in enumerate(self.blocks[: max(layers) + 1]):
+            x, qk = block(x, cache, i, None, i in layers)
+            if qk is not None:
+                scores[i] = qk
+        cache.advance(tokens.shape[-1])
+        return scores
 
 
 class Whisper(nn.Module):

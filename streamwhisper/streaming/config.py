@@ -88,11 +88,16 @@ class PolicyConfig:
     commit_margin_s: float = 0.3
     min_commit_window_s: float = 2.0
     # A run of copy_min_words words repeating the last copy_lookback_words committed words is
-    # a copy of the prompt, not speech (0 disables the guard).
+    # a copy of the prompt, not speech (0 disables the guard). The lookback covers the prompt
+    # (what the decoder can copy); a longer one drops real repeated phrases (streamed longform
+    # WER 7.4 % with 60, 6.9 % with 32, as with no guard).
     copy_min_words: int = 5
-    copy_lookback_words: int = 60
+    copy_lookback_words: int = 32
     condition_on_committed: bool = True
-    max_prompt_tokens: int = 223  # Whisper's limit: n_text_ctx // 2 - 1
+    # The last committed tokens sent as the prompt (Whisper allows 223). A short one conditions
+    # as well and costs less: streamed longform WER 6.5 % with 32, 7.1 % with 48, 7.4 % with 223,
+    # 9.2 % with none.
+    max_prompt_tokens: int = 32
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.no_speech_threshold <= 1.0, "policy.no_speech_threshold in [0, 1]")
