@@ -534,6 +534,11 @@ def test_doubted_words_the_previous_hypothesis_said_are_kept() -> None:
     events = policy.observe(_doubted([(" you.", 7.3, 7.7)], offset=7.26), 7.26, 8.16, endpoint=True)
     finals = [e for e in events if isinstance(e, Final)]
     assert [f.text for f in finals] == ["you."] and finals[0].endpoint
+    # ... and so is a doubted hypothesis going on from what the previous one said (a name
+    # doubted twice, then followed by more words)
+    policy = said_for_you()
+    events = policy.observe(_doubted([(" you.", 7.3, 7.7), (" All", 7.7, 7.9)], offset=7.26), 7.26, 8.16, endpoint=True)
+    assert [e.text for e in events if isinstance(e, Final)] == ["you. All"]
     # ... doubted words the previous hypothesis did not say are dropped
     policy = said_for_you()
     events = policy.observe(_doubted([(" thank", 7.3, 7.5), (" you.", 7.5, 7.7)], offset=7.26), 7.26, 8.16, endpoint=True)

@@ -290,9 +290,10 @@ class CommitPolicy:
         return prompt, prefix
 
     def _vouched(self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool) -> bool:
-        """Whether the uncommitted words of the latest hypothesis begin with these words."""
+        """Whether these words and the uncommitted words of the latest hypothesis begin alike:
+        one is the other, or goes on from it (a name doubted twice, then followed by more)."""
         placed = self._place([w for w in words if normalize_word(w.word)], window_start, window_end, prefixed)
-        return 0 < len(placed) <= len(self._pending) and all(
+        return bool(placed and self._pending) and all(
             normalize_word(a.word) == normalize_word(b.word) for a, b in zip(placed, self._pending)
         )
 
