@@ -558,3 +558,26 @@ def test_a_short_hypothesis_with_one_doubted_word_is_dropped() -> None:
     longer = words + tuple(HypothesisWord(f" w{i}", 1.0 + i, 1.5 + i, 0.6) for i in range(3))
     kept, reason = screen(dataclasses.replace(thanks, words=longer), PolicyConfig())
     assert reason == "" and len(kept) == 5
+
+
+def test_a_doubted_word_needs_a_third_hypothesis_when_asked() -> None:
+    def run(config: PolicyConfig) -> list[list[tuple[str, str]]]:
+        policy = CommitPolicy(config)
+        words = [(" the", 0.0, 0.3), (" Danger", 0.3, 0.6), (" Trail", 0.6, 0.9), (" ran", 0.9, 1.2)]
+        out = []
+        for end in (2.0, 3.0, 4.0):
+            h = hyp(words)
+            # the model doubts "Trail" every time it says it
+            h = dataclasses.replace(h, words=tuple(
+                dataclasses.replace(w, probability=0.4 if "Trail" in w.word else 0.9) for w in h.words
+            ))
+            out.append(texts(policy.observe(h, 0.0, end)))
+        return out
+
+    # by default two hypotheses commit every word ...
+    assert run(AGREEMENT)[1] == [("Final", "the Danger Trail ran")]
+    # ... with commit_min_probability the doubted word and those after it wait for a third
+    first, second, third = run(dataclasses.replace(AGREEMENT, commit_min_probability=0.6))
+    assert first == [("Partial", "the Danger Trail ran")]
+    assert second == [("Final", "the Danger"), ("Partial", "Trail ran")]
+    assert third == [("Final", "Trail ran")]

@@ -87,6 +87,10 @@ class PolicyConfig:
     # least commit_margin_s before its window's end and the window is min_commit_window_s long.
     commit_margin_s: float = 0.3
     min_commit_window_s: float = 2.0
+    # A word the model doubts (probability below commit_min_probability; 0 disables) needs a
+    # third hypothesis in a row: tiny.en streamed longform WER 6.6 % instead of 6.8 % at 0.6,
+    # but final latency p95 5.2 s instead of 2.8 s, so it is off by default.
+    commit_min_probability: float = 0.0
     # A run of copy_min_words words repeating the last copy_lookback_words committed words is
     # a copy of the prompt, not speech (0 disables the guard). The lookback covers the prompt
     # (what the decoder can copy); a longer one drops real repeated phrases (streamed longform

@@ -157,6 +157,7 @@ class CommitPolicy:
         )
         self._soft_boundary = False  # the commit point lies inside continuous speech
         self._pending: list[Word] = []  # uncommitted words of the latest hypothesis
+        self._seen: list[int] = []  # for each pending word, how many hypotheses in a row said it
         self._shown = ""  # text of the partial the client currently shows
         self._finals_in_utterance = 0
         self._seq = 0
@@ -205,25 +206,35 @@ class CommitPolicy:
             logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
         placed = self._place(words, window_start, window_end, prefixed)
         if endpoint:
-            self._pending = placed
+            self._pending, self._seen = placed, [1] * len(placed)
             return self.close(window_end)
-        agreed = 0
         cfg = self._config
         # Hypotheses of the first seconds of an utterance are guesses (Whisper needs context):
         # no commits until it is min_commit_window_s long (a trimmed window keeps its prompt).
         if self._utterance_start is None:
             self._utterance_start = window_start
         can_commit = window_end - self._utterance_start >= cfg.min_commit_window_s
-        for old, new in zip(self._pending if can_commit else (), placed, strict=False):
+        seen: list[int] = []  # how many hypotheses in a row said each word (the same words before it)
+        for i, new in enumerate(placed):
+            same = i < len(self._pending) and normalize_word(self._pending[i].word) == normalize_word(new.word)
+            if not same:
+                break
+            seen.append(self._seen[i] + 1 if i < len(self._seen) else 2)
+        seen += [1] * (len(placed) - len(seen))
+        agreed = 0
+        for new, n in zip(placed if can_commit else (), seen, strict=False):
             # A word near the window's end may be cut there or still change: committing it
             # would put the trim point inside the word and leave a fragment for the next window.
-            if new.end > window_end - cfg.commit_margin_s or normalize_word(old.word) != normalize_word(new.word):
+            if n < 2 or new.end > window_end - cfg.commit_margin_s:
+                break
+            # a word the model doubts needs one more hypothesis to say it
+            if new.probability < cfg.commit_min_probability and n < 3:
                 break
             agreed += 1
         events: list[Event] = []
         if agreed:
             events.append(self._commit(placed[:agreed], endpoint=False))
-        self._pending = placed[agreed:]
+        self._pending, self._seen = placed[agreed:], seen[agreed:]
         events.extend(self._refresh_partial())
         return events
 
@@ -238,7 +249,7 @@ class CommitPolicy:
             events.append(self._commit(self._pending, endpoint=True))
         elif self._shown:
             events.append(self._partial(()))
-        self._pending = []
+        self._pending, self._seen = [], []
         self._shown = ""
         self._finals_in_utterance = 0
         self._utterance_start = None
@@ -257,7 +268,7 @@ class CommitPolicy:
         if not n:
             return []
         events: list[Event] = [self._commit(self._pending[:n], endpoint=False)]
-        self._pending = self._pending[n:]
+        self._pending, self._seen = self._pending[n:], self._seen[n:]
         events.extend(self._refresh_partial())
         return events
 
@@ -268,6 +279,7 @@ class CommitPolicy:
         self._committed_end = time
         self._soft_boundary = False
         self._pending = [w for w in self._pending if w.start >= time]
+        self._seen = [1] * len(self._pending)
 
     def context(self, window_start: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(prompt, prefix) token ids for a window starting at ``window_start`` seconds.
