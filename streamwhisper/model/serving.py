@@ -28,10 +28,9 @@ class RecognizerOptions:
     (tiny.en streamed over read_en: WER 7.1 %, as offline, against 13.4 % with "fit"). "fit"
     encodes only the filled part of a window (rounded up to ``ctx_step_s`` and at least
     ``min_ctx_s``), as whisper.cpp's audio_ctx does: a 5 s window costs a fifth of a 30 s one.
-    "auto": "full" for batches of at most ``full_ctx_max_batch`` windows (one stream, an idle
-    daemon), "fit" for larger ones (longform WER: 6.2 % offline; streamed 7.0 % full, 7.7 % fit
-    at 10 s, 9.5 % at 6 s). "fit" at 6 s stays the default until "full"'s word probabilities on
-    sub-second windows are fixed (they fall below the policy's floor and drop utterances).
+    "auto" (the default): "full" for batches of at most ``full_ctx_max_batch`` windows (one
+    stream, an idle daemon), "fit" for larger ones (longform WER: 6.7 % offline; streamed 7.0 %
+    full, 7.7 % fit at 10 s, 9.5 % at 6 s).
     """
 
     beam_size: int | None = None
