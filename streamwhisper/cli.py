@@ -102,13 +102,10 @@ def resolve_config(args: argparse.Namespace) -> Config:
 
 
 def load_configured_model(config: Config):  # type: ignore[no-untyped-def]
-    """Apply the thread setting and load the configured model."""
-    import torch
+    """Apply the thread settings and load the configured model."""
+    from .model.loading import configure_threads, load_model
 
-    from .model.loading import load_model
-
-    if config.model.threads:
-        torch.set_num_threads(config.model.threads)
+    configure_threads(config.model.threads)
     return load_model(
         config.model.name, config.model.device, config.model.compute_type, config.model.download_root or None
     )

@@ -10,6 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from streamwhisper.model.loading import configure_threads
+
+configure_threads()  # as the CLI does: numpy's BLAS single-threaded, the cores to torch
+
 JFK_RELATIVE = Path("eval") / "wav" / "read_en" / "en_jfk.wav"
 REFERENCE_RELATIVE = Path("reference") / "whisper_reference.json"
 

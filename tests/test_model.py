@@ -19,7 +19,7 @@ from streamwhisper.errors import ConfigError
 from streamwhisper.evaluation import word_error_rate
 from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
-from streamwhisper.model.loading import cpu_has, load_model
+from streamwhisper.model.loading import configure_threads, cpu_has, load_model
 from streamwhisper.model.tokenizer import get_tokenizer
 from streamwhisper.model.transcribe import Transcriber
 from streamwhisper.model.whisper import ModelDimensions, Whisper
@@ -443,3 +443,13 @@ def test_int8_compute_types_transcribe_jfk(
         assert torch.nn.functional.cosine_similarity(features.flatten(), reference.flatten(), dim=0) > 0.95
     result = Transcriber(model).transcribe(jfk_audio)
     assert word_error_rate([JFK_REFERENCE], [result.text]) <= 0.1
+
+
+def test_configure_threads_leaves_numpy_blas_one_thread() -> None:
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    np.ones((64, 64), dtype=np.float32) @ np.ones((64, 64), dtype=np.float32)  # BLAS is loaded
+    with threadpool_limits(2, user_api="blas"):
+        configure_threads(torch.get_num_threads())
+        blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+        assert blas and all(pool["num_threads"] == 1 for pool in blas)
