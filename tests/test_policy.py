@@ -391,7 +391,7 @@ def check_invariants(events: Sequence[Event]) -> None:
 
 # Trim the window at every commit, with the agreement mechanics alone: the scenarios written for
 # LocalAgreement at the commit point (the defaults keep committed words as a forced prefix).
-TRIM_AT_COMMIT = StreamingConfig(trim_after_s=0.0, policy=AGREEMENT)
+TRIM_AT_COMMIT = StreamingConfig(trim_after_s=0.0, trim_keep_s=0.0, policy=AGREEMENT)
 
 HELLO = [
     (" Hello", 0.4, 0.8),

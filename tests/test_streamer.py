@@ -71,7 +71,7 @@ def test_five_minutes_of_speech_nothing_lost_or_duplicated(trim_after_s: float) 
     """Trim at every commit (0) or keep committed words as a forced prefix up to 8 s (default)."""
     audio, spoken = synth(300.0, seed=1, continuous=(100.0, 170.0))
     recognizer = ToneRecognizer()
-    config = StreamingConfig(trim_after_s=trim_after_s)
+    config = StreamingConfig(trim_after_s=trim_after_s, trim_keep_s=0.0 if trim_after_s == 0 else 3.0)
     streamer = Streamer(config, vad=EnergyVad(), key="session-1", encode_text=recognizer.encode_text)
     events = feed_all(streamer, recognizer, audio, [1_600])
     check_stream(events, spoken)
@@ -175,11 +175,15 @@ def test_committed_words_stay_in_the_window_as_a_forced_prefix_until_it_is_trim_
 
     trims = 0
     for (a, _, _, fed), (b, request, before, _) in pairwise(log):
-        commit_point = before[-1].end if before else 0.0
-        if fed - a.start > config.trim_after_s and commit_point > a.start:
-            # Past trim_after_s the window is trimmed at the commit point: the prefix empties.
+        # the end of the last committed word that leaves trim_keep_s of committed words after it
+        cut = max((w.end for w in before if w.end <= before[-1].end - config.trim_keep_s), default=0.0)
+        if fed - a.start > config.trim_after_s and cut > a.start:
+            # Past trim_after_s the window is trimmed there: the prefix keeps the last words.
             trims += 1
-            assert b.start == commit_point and request.prefix == () and request.prompt
+            assert b.start == cut and request.prompt
+            kept = [w for w in before if w.end > cut]
+            assert request.prefix == tuple(label_of(w.word) for w in kept)
+            assert kept and before[-1].end - cut >= config.trim_keep_s
         else:  # otherwise the window keeps its start and the committed words as the prefix
             assert b.start == a.start
     assert trims >= 3

@@ -131,6 +131,10 @@ class StreamingConfig:
     # Committed words stay in the window (as a forced decoder prefix) until it is this long;
     # then it is trimmed at the commit point. 0 trims at every commit.
     trim_after_s: float = 8.0
+    # ... and keeps the committed words of its last trim_keep_s seconds as that prefix: a window
+    # of only the uncommitted second or two gives the model too little to hear (0 trims at the
+    # commit point).
+    trim_keep_s: float = 3.0
     max_window_s: float = 30.0
     force_commit_s: float = 20.0
     force_keep_s: float = 5.0
@@ -143,6 +147,7 @@ class StreamingConfig:
         _check(0.1 <= self.min_step_s <= 10.0, "min_step_s must be in [0.1, 10]")
         _check(1.0 <= self.max_window_s <= 30.0, "max_window_s must be in [1, 30]")
         _check(0.0 <= self.trim_after_s <= self.max_window_s, "trim_after_s must be in [0, max_window_s]")
+        _check(0.0 <= self.trim_keep_s <= 10.0, "trim_keep_s must be in [0, 10]")
         _check(
             0 < self.force_keep_s < self.force_commit_s < self.max_window_s,
             "need 0 < force_keep_s < force_commit_s < max_window_s",

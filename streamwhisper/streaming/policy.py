@@ -281,6 +281,15 @@ class CommitPolicy:
         self._pending = [w for w in self._pending if w.start >= time]
         self._seen = [1] * len(self._pending)
 
+    def trim_point(self, keep_s: float = 0.0) -> float:
+        """Where a long window may start: the end of the last committed word that leaves at
+        least ``keep_s`` seconds of committed words after it (the forced prefix of the next
+        windows), 0.0 when none is that old; the commit point itself when ``keep_s`` is 0."""
+        if keep_s <= 0:
+            return self._committed_end
+        limit = self._committed_end - keep_s
+        return next((w.end for w in reversed(self._tail) if w.end <= limit), 0.0)
+
     def context(self, window_start: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(prompt, prefix) token ids for a window starting at ``window_start`` seconds.
 

@@ -331,14 +331,16 @@ class Streamer:
         return events
 
     def _trim_to_commit(self, force: bool = False) -> None:
-        """Move the window start to the commit point once the window is long enough.
+        """Move the window start towards the commit point once the window is long enough.
 
         Shorter windows keep their committed words, decoded as a forced prefix: no word is cut
-        at a commit point inside speech, at the price of re-encoding that audio.
+        at a commit point inside speech, at the price of re-encoding that audio. A trimmed window
+        keeps the committed words of its last ``trim_keep_s`` seconds; a forced trim (the window
+        limit) cuts at the commit point itself.
         """
-        commit = _align_down(round(self._policy.committed_end * SAMPLE_RATE))
-        keep = self._config.trim_after_s * SAMPLE_RATE
-        if not force and self._ring.end - self._window_start <= keep:
+        cfg = self._config
+        commit = _align_down(round(self._policy.trim_point(0.0 if force else cfg.trim_keep_s) * SAMPLE_RATE))
+        if not force and self._ring.end - self._window_start <= cfg.trim_after_s * SAMPLE_RATE:
             return
         if commit > self._window_start:
             self._window_start = min(commit, _align_down(self._ring.end))
