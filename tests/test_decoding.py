@@ -84,10 +84,11 @@ def _clip(shared_data: Path, clip_id: str) -> np.ndarray:
 # ---------------------------------------------------------------- reference equality: tiny.en
 
 
-def test_greedy_token_logprobs_are_the_model_s_for_the_chosen_tokens(
-    tiny_model: Whisper, english: Tokenizer, tiny_features: torch.Tensor
+@pytest.mark.parametrize("beam_size", [None, 5], ids=["greedy", "beam"])
+def test_token_logprobs_are_the_model_s_for_the_chosen_tokens(
+    tiny_model: Whisper, english: Tokenizer, tiny_features: torch.Tensor, beam_size: int | None
 ) -> None:
-    options = DecodeOptions(without_timestamps=True)
+    options = DecodeOptions(without_timestamps=True, beam_size=beam_size)
     result = decode(tiny_model, english, tiny_features, options)[0]
     assert len(result.token_logprobs) == len(result.tokens) > 10
     start = initial_tokens(english, options, tiny_model.dims.n_text_ctx, 224)

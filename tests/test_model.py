@@ -22,7 +22,7 @@ from streamwhisper.model.kv_cache import KVCache
 from streamwhisper.model.loading import configure_threads, cpu_has, load_model
 from streamwhisper.model.tokenizer import get_tokenizer
 from streamwhisper.model.transcribe import Transcriber
-from streamwhisper.model.whisper import ModelDimensions, Whisper
+from streamwhisper.model.whisper import ModelDimensions, Whisper, blocked_attention
 
 JFK_REFERENCE = (
     "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
@@ -313,6 +313,43 @@ def test_kv_cache_repeat_interleaves_rows() -> None:
     assert cache.length == 1
     beams.self_k[0].fill_(-1.0)
     assert cache.self_k[0][:, 0, 0, 0].tolist() == [1.0, 2.0]
+
+
+def test_kv_cache_repeat_of_one_window_shares_its_cross_keys() -> None:
+    cache = _small_cache(batch=1)
+    _step(cache, [1.0])
+    beams = cache.repeat(4)
+    assert beams.shares_cross and not cache.shares_cross
+    assert beams.cross_k[0].data_ptr() == cache.cross_k[0].data_ptr()  # expanded, not copied
+    assert beams.cross_v[0][:, 0, 0, 0].tolist() == [10.0] * 4
+    _step(beams, [5.0, 6.0, 7.0, 8.0])  # self K/V are each beam's own
+    assert beams.self_k[0][:, 0, 1, 0].tolist() == [5.0, 6.0, 7.0, 8.0]
+    assert not _small_cache(batch=2).repeat(2).shares_cross
+
+
+def test_beams_sharing_one_window_decode_as_copies_would(tiny_model) -> None:
+    """The folded cross-attention of one window's beams equals attending row by row."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        features = tiny_model.encoder(torch.randn(1, 80, 3000))
+        tokens = torch.randint(0, 50000, (3, 4))
+        shared = tiny_model.new_cache(features).repeat(3)
+        copied = tiny_model.new_cache(features.repeat(3, 1, 1))
+        assert shared.shares_cross and not copied.shares_cross
+        a, _ = tiny_model.decoder(tokens, shared)
+        b, _ = tiny_model.decoder(tokens, copied)
+    assert torch.allclose(a, b, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("n", [300, 500, 1500])
+def testblocked_attention_equals_sdpa(n: int) -> None:
+    torch.manual_seed(n)
+    q, k, v = (torch.randn(2, 6, n, 64) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    assert torch.allclose(blocked_attention(q, k, v), ref, atol=1e-5)
+    # bfloat16, as the encoder runs it under autocast: within bfloat16's rounding
+    got = blocked_attention(q.bfloat16(), k.bfloat16(), v.bfloat16()).float()
+    assert (got - ref).abs().max() < 0.02
 
 
 def test_kv_cache_select_keeps_given_rows() -> None:

@@ -162,6 +162,9 @@ class TokenDecoder(Protocol):
     def finalize(self, tokens: Tensor, sum_logprobs: Tensor) -> tuple[list[list[list[int]]], list[list[float]]]:
         """Candidates per audio: (token lists ending in eot, their summed log-probs)."""
 
+    def token_logprobs(self, audio: int, candidate: int, n: int) -> list[float]:
+        """Log-probabilities of the first ``n`` sampled tokens of a candidate from finalize()."""
+
 
 class GreedyDecoder:
     """Argmax at temperature 0, otherwise sampling; ``n_group`` rows per audio (best_of)."""
@@ -174,8 +177,9 @@ class GreedyDecoder:
     def reset(self) -> None:
         self.steps = []
 
-    def token_logprobs(self, row: int, n: int) -> list[float]:
-        """Log-probabilities (at temperature 1) of the first ``n`` tokens sampled in ``row``."""
+    def token_logprobs(self, audio: int, candidate: int, n: int) -> list[float]:
+        """Log-probabilities (at temperature 1) of the first ``n`` tokens sampled in that row."""
+        row = audio * self.n_group + candidate
         return [float(step[row]) for step in self.steps[:n]]
 
     def update(self, tokens: Tensor, logits: Tensor, sum_logprobs: Tensor, cache: KVCache) -> tuple[Tensor, bool]:
@@ -208,14 +212,24 @@ class BeamSearchDecoder:
         self.beam_size, self.eot = beam_size, eot
         self.max_candidates = max(1, round(beam_size * (patience or 1.0)))
         self.finished: list[dict[tuple[int, ...], float]] | None = None
+        self.row_logprobs: list[list[float]] = []  # each live beam's token log-probs
+        self.finished_logprobs: list[dict[tuple[int, ...], list[float]]] = []
 
     def reset(self) -> None:
         self.finished = None
+        self.row_logprobs, self.finished_logprobs = [], []
+
+    def token_logprobs(self, audio: int, candidate: int, n: int) -> list[float]:
+        assert self.finished is not None
+        seq = list(self.finished[audio])[candidate]
+        return self.finished_logprobs[audio][seq][:n]
 
     def update(self, tokens: Tensor, logits: Tensor, sum_logprobs: Tensor, cache: KVCache) -> tuple[Tensor, bool]:
         n_audio = tokens.shape[0] // self.beam_size
         if self.finished is None:
             self.finished = [{} for _ in range(n_audio)]
+            self.finished_logprobs = [{} for _ in range(n_audio)]
+            self.row_logprobs = [[] for _ in range(tokens.shape[0])]
         logprobs = F.log_softmax(logits.float(), dim=-1)
         top_lp, top_ids = logprobs.topk(self.beam_size + 1, dim=-1)
         prefixes = tokens.tolist()
@@ -224,24 +238,27 @@ class BeamSearchDecoder:
         next_tokens: list[list[int]] = []
         sources: list[int] = []
         new_sums: list[float] = []
+        new_row_logprobs: list[list[float]] = []
         for i in range(n_audio):
             scores: dict[tuple[int, ...], float] = {}
-            origin: dict[tuple[int, ...], int] = {}
+            origin: dict[tuple[int, ...], tuple[int, float]] = {}  # (source row, token log-prob)
             for j in range(self.beam_size):
                 idx = i * self.beam_size + j
                 for lp, tok in zip(top_lp_l[idx], top_ids_l[idx]):
                     seq = tuple(prefixes[idx] + [tok])
                     scores[seq] = base[idx] + lp
-                    origin[seq] = idx
+                    origin[seq] = (idx, lp)
             saved = 0
             newly_finished: dict[tuple[int, ...], float] = {}
             for seq in sorted(scores, key=scores.__getitem__, reverse=True):
                 if seq[-1] == self.eot:
                     newly_finished[seq] = scores[seq]
                 else:
+                    idx, lp = origin[seq]
                     new_sums.append(scores[seq])
                     next_tokens.append(list(seq))
-                    sources.append(origin[seq])
+                    sources.append(idx)
+                    new_row_logprobs.append([*self.row_logprobs[idx], lp])
                     saved += 1
                     if saved == self.beam_size:
                         break
@@ -250,6 +267,9 @@ class BeamSearchDecoder:
                 if len(done) >= self.max_candidates:
                     break
                 done[seq] = newly_finished[seq]
+                idx, lp = origin[seq]
+                self.finished_logprobs[i][seq] = [*self.row_logprobs[idx], lp]
+        self.row_logprobs = new_row_logprobs
         sum_logprobs.copy_(torch.tensor(new_sums, dtype=sum_logprobs.dtype))
         cache.reorder(torch.tensor(sources))
         completed = all(len(done) >= self.max_candidates for done in self.finished)
@@ -262,7 +282,9 @@ class BeamSearchDecoder:
         for i, done in enumerate(self.finished):
             if len(done) < self.beam_size:  # not enough finished: take the best live beams
                 for j in np.argsort(scores[i])[::-1]:
-                    done[tuple(rows[i][j] + [self.eot])] = scores[i][j]
+                    seq = tuple(rows[i][j] + [self.eot])
+                    done[seq] = scores[i][j]
+                    self.finished_logprobs[i][seq] = self.row_logprobs[i * self.beam_size + j]
                     if len(done) >= self.beam_size:
                         break
         return [[list(s) for s in done] for done in self.finished], [list(done.values()) for done in self.finished]
@@ -401,19 +423,21 @@ def _decode_group(
         max_initial = None if options.max_initial_timestamp is None else round(options.max_initial_timestamp / TIME_PRECISION)
         filters.append(ApplyTimestampRules(tokenizer, sample_begin, max_initial))
 
-    if n_group > 1:
-        cache = cache.repeat(n_group)
-    tokens = torch.tensor([prompt], device=model.device).repeat(n_audio * n_group, 1)
+    tokens = torch.tensor([prompt], device=model.device).repeat(n_audio, 1)
     sum_logprobs = torch.zeros(n_audio * n_group)
     no_speech_probs = [float("nan")] * n_audio
     decoder.reset()
     for i in range(sample_len):
         if i == 0:
+            # the prompt once per window; its beams (or samples) branch from the cache after it
             select = torch.tensor([sot_index, sample_begin - 1])
             logits, _ = model.decoder(tokens, cache, select=select)
-            probs_at_sot = logits[:, 0].softmax(dim=-1)
-            no_speech_probs = probs_at_sot[::n_group, tokenizer.no_speech].tolist()
+            no_speech_probs = logits[:, 0].softmax(dim=-1)[:, tokenizer.no_speech].tolist()
             logits = logits[:, 1]
+            if n_group > 1:
+                cache = cache.repeat(n_group)
+                tokens = tokens.repeat_interleave(n_group, dim=0)
+                logits = logits.repeat_interleave(n_group, dim=0)
         else:
             logits, _ = model.decoder(tokens[:, -1:], cache)
             logits = logits[:, -1]
@@ -430,8 +454,7 @@ def _decode_group(
         best = rank_by_likelihood(texts, scores[i], options.length_penalty)
         chosen = texts[best]
         text = tokenizer.decode(chosen).strip()
-        # per-token log-probs of the greedy or sampled path (beam search keeps only sums)
-        token_logprobs = decoder.token_logprobs(i * n_group + best, len(chosen)) if isinstance(decoder, GreedyDecoder) else []
+        token_logprobs = decoder.token_logprobs(i, best, len(chosen))
         results.append(
             DecodingResult(
                 tokens=chosen,

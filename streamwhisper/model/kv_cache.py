@@ -78,13 +78,28 @@ class KVCache:
             self.self_v[layer][:, :, :n] = self.self_v[layer][rows, :, :n]
 
     def repeat(self, n: int) -> KVCache:
-        """A cache whose rows are each of these rows repeated n times (beams of one window)."""
-        ck = [k.repeat_interleave(n, dim=0) for k in self.cross_k]
-        cv = [v.repeat_interleave(n, dim=0) for v in self.cross_v]
+        """A cache whose rows are each of these rows repeated n times (beams of one window).
+
+        The self-attention K/V are copied (each beam writes its own); a single window's
+        cross-attention K/V and mask are expanded, not copied (:attr:`shares_cross`)."""
+        if self.batch_size == 1:
+            ck = [k.expand(n, -1, -1, -1) for k in self.cross_k]
+            cv = [v.expand(n, -1, -1, -1) for v in self.cross_v]
+            mask = None if self.cross_mask is None else self.cross_mask.expand(n, -1, -1, -1)
+        else:
+            ck = [k.repeat_interleave(n, dim=0) for k in self.cross_k]
+            cv = [v.repeat_interleave(n, dim=0) for v in self.cross_v]
+            mask = None if self.cross_mask is None else self.cross_mask.repeat_interleave(n, dim=0)
         sk = [k.repeat_interleave(n, dim=0) for k in self.self_k]
         sv = [v.repeat_interleave(n, dim=0) for v in self.self_v]
-        mask = None if self.cross_mask is None else self.cross_mask.repeat_interleave(n, dim=0)
         return KVCache(ck, cv, sk, sv, self.length, cross_mask=mask)
+
+    @property
+    def shares_cross(self) -> bool:
+        """Every row attends to the same window (one window's beams): cross-attention may
+        batch all rows' queries against a single copy of its keys."""
+        k = self.cross_k[0]
+        return k.shape[0] > 1 and k.stride(0) == 0
 
     def select(self, rows: Tensor) -> KVCache:
         """A new cache of the given rows only (drops finished sequences from a batch)."""

@@ -74,6 +74,23 @@ def _merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, n_head * d_head)
 
 
+# Queries per block of blocked_attention: a block's scores (6 heads x 250 x 1500 in bfloat16,
+# 4.5 MB) stay in cache.
+ATTENTION_BLOCK = 250
+
+
+def blocked_attention(q: Tensor, k: Tensor, v: Tensor, block: int = ATTENTION_BLOCK) -> Tensor:
+    """Attention (B, H, T, Dh) computed ``block`` queries at a time with plain matmuls.
+
+    For the encoder's bfloat16 self-attention over 1500 frames on a CPU, this is 2.5x faster than
+    PyTorch's fused kernel (8.7 ms against 21.7 ms per layer on AVX-512 BF16): the matmuls use
+    the CPU's bfloat16 dot products, which the fused CPU kernel does not. Encoder 128 -> 85 ms.
+    """
+    q = q * q.shape[-1] ** -0.5
+    kt = k.transpose(-1, -2)
+    return torch.cat([(q[:, :, i : i + block] @ kt).softmax(dim=-1) @ v for i in range(0, q.shape[2], block)], dim=2)
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention with a fused q/k/v projection (key bias is zero in Whisper)."""
 
@@ -102,6 +119,8 @@ class SelfAttention(nn.Module):
             mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(diagonal=s - t)
         if mask is not None:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif q.dtype == torch.bfloat16 and q.device.type == "cpu" and not causal and t >= 2 * ATTENTION_BLOCK:
+            out = blocked_attention(q, k, v)
         else:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal and t > 1)
         return self.out(_merge_heads(out))
@@ -169,7 +188,15 @@ class DecoderBlock(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         x = x + self.attn(self.attn_ln(x), cache, layer, mask=mask, causal=True)
         k, v = cache.cross(layer)
-        attended, qk = self.cross_attn(self.cross_attn_ln(x), k, v, want_qk, cache.cross_mask)
+        cross_mask = cache.cross_mask
+        if cache.shares_cross and not want_qk:
+            # beams of one window: their queries side by side against one copy of the keys
+            b, t, d = x.shape
+            k, v, cross_mask = k[:1], v[:1], None if cross_mask is None else cross_mask[:1]
+            attended, qk = self.cross_attn(self.cross_attn_ln(x).reshape(1, b * t, d), k, v, False, cross_mask)
+            attended = attended.reshape(b, t, d)
+        else:
+            attended, qk = self.cross_attn(self.cross_attn_ln(x), k, v, want_qk, cross_mask)
         x = x + attended
         return x + self.mlp(self.mlp_ln(x)), qk
 
