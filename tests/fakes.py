@@ -18,6 +18,7 @@ import numpy as np
 
 from streamwhisper.audio.mel import mel_filters
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
+from streamwhisper.streaming.policy import CLAUSE_END_PUNCTUATION
 from streamwhisper.streaming.streamer import Streamer
 
 SR = 16_000
@@ -62,6 +63,7 @@ class ScriptedRecognizer:
         words = [(w, s, min(e, window.end)) for w, s, e in step["words"] if s < window.end and e > window.start]
         n = len(request.prefix)
         heard = fake_encode("".join(w for w, _, _ in words[:n]))
+        heard[-1:] = fake_encode(words[n - 1][0].rstrip(CLAUSE_END_PUNCTUATION)) if n else []  # the bare end
         assert heard == list(request.prefix), f"prefix {request.prefix} is not the start of the window: {words}"
         self.log.append(
             {
@@ -114,8 +116,8 @@ def synth(seconds: float, seed: int, continuous: tuple[float, float] = (0.0, 0.0
     """Tone-burst "speech": words of 0.2-0.5 s, short gaps, sometimes a pause of 0.8-2 s.
 
     Inside ``continuous`` there is no pause long enough for a VAD endpoint. Labels are random
-    (neighbours differ) and no run of 5 labels occurs twice, so the policy's prompt-copy guard
-    never mistakes speech for a copy of committed text.
+    (neighbours differ, no pair repeats at once) and no run of 5 labels occurs twice, so the
+    policy's prompt-copy and boundary guards never mistake speech for a copy of committed text.
     """
     rng = np.random.default_rng(seed)
     labels = np.random.default_rng([seed, 1])  # a separate stream: timings do not depend on it
@@ -125,7 +127,11 @@ def synth(seconds: float, seed: int, continuous: tuple[float, float] = (0.0, 0.0
     while t < seconds - 3.0:
         dur = float(rng.uniform(0.2, 0.5))
         label = int(labels.integers(len(LABEL_BINS)))
-        while words and label == words[-1].label:  # neighbours differ
+        # neighbours differ, and no pair follows itself (A B A B): words repeating the last
+        # committed ones right after them are dropped as the decoder's own repeat, by design
+        while (words and label == words[-1].label) or (
+            len(words) >= 3 and words[-3].label == words[-1].label and label == words[-2].label
+        ):
             label = int(labels.integers(len(LABEL_BINS)))
         a, b = round(t * SR), round((t + dur) * SR)
         n = np.arange(b - a)
@@ -142,7 +148,7 @@ def synth(seconds: float, seed: int, continuous: tuple[float, float] = (0.0, 0.0
 
 
 def label_of(word: str) -> int:
-    return int(word.strip()[1:].rstrip("ab"))
+    return int(word.strip().rstrip(CLAUSE_END_PUNCTUATION)[1:].rstrip("ab"))
 
 
 class EnergyVad:

@@ -148,14 +148,14 @@ def test_env_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_env_values_are_coerced_to_field_types() -> None:
     env = {
         "STREAMWHISPER_MODEL_THREADS": "3",
-        "STREAMWHISPER_STREAMING_MIN_STEP_S": "0.5",
+        "STREAMWHISPER_STREAMING_MIN_STEP_S": "0.7",
         "STREAMWHISPER_STREAMING_LANGUAGE": "de",
         "STREAMWHISPER_STREAMING_POLICY_CONDITION_ON_COMMITTED": "false",
         "STREAMWHISPER_STREAMING_POLICY_LOGPROB_FLOOR": "-2",
     }
     config = load_config(env=env)
     assert config.model.threads == 3
-    assert config.streaming.min_step_s == 0.5
+    assert config.streaming.min_step_s == 0.7
     assert config.streaming.language == "de"
     assert config.streaming.policy.condition_on_committed is False
     assert config.streaming.policy.logprob_floor == -2.0
@@ -271,7 +271,7 @@ def test_dataclasses_validate_on_construction() -> None:
     with pytest.raises(ConfigError):
         PolicyConfig(loop_max_ngram=0)
     with pytest.raises(ConfigError):
-        StreamingConfig(force_commit_s=29.5)  # leaves less than min_step_s of room in the window
+        StreamingConfig(force_commit_s=29.8)  # leaves less than min_step_s of room in the window
     assert StreamingConfig(language="en").language == "en"
 
 

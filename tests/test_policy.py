@@ -217,6 +217,34 @@ def test_prompt_holds_the_last_committed_tokens() -> None:
     assert off.prompt == ()
 
 
+def test_prompt_after_a_pause_ends_as_a_sentence() -> None:
+    """A new utterance is conditioned on a finished sentence; inside speech the prompt is as said."""
+    words = [(" ask", 0.0, 0.5), (" not", 0.5, 1.0), (" what", 1.0, 1.5), (" next", 1.5, 2.0)]
+    for close in (True, False):
+        p = CommitPolicy(PolicyConfig(close_prompt_at_pause=close), encode_text=lambda t: [ord(c) for c in t])
+        p.observe(hyp(words), 0.0, 2.3)
+        p.observe(hyp(words), 0.0, 2.3)  # "ask not what" committed inside speech
+        assert bytes(p.prompt).decode() == " ask not what"
+        assert bytes(p.context(1.6)[0]).decode() == " ask not what"
+        p.close(3.0)  # a pause: "next" is final too
+        assert bytes(p.context(3.5)[0]).decode() == (" ask not what next." if close else " ask not what next")
+    p.observe(hyp([(" done.", 3.6, 4.0)], 3.5), 3.5, 4.5, endpoint=True)
+    assert bytes(p.context(5.0)[0]).decode() == " ask not what next done."
+
+
+def test_forced_prefix_ends_without_its_punctuation_mark() -> None:
+    """The committed text keeps its punctuation; the prefix leaves the last mark to the decoder."""
+    words = [(" That", 0.0, 0.5), (" rose,", 0.5, 1.0), (" Mike.", 1.0, 2.0)]
+    for bare in (True, False):
+        p = CommitPolicy(PolicyConfig(bare_prefix_end=bare), encode_text=lambda t: [ord(c) for c in t])
+        p.observe(hyp(words), 0.0, 2.3)
+        (final,) = [e for e in p.observe(hyp(words), 0.0, 2.3) if isinstance(e, Final)]
+        assert final.text == "That rose,"
+        prompt, prefix = p.context(0.0)
+        assert prompt == () and bytes(prefix).decode() == (" That rose" if bare else " That rose,")
+        assert bytes(p.context(0.7)[1]).decode() == (" rose" if bare else " rose,")
+
+
 # --- default guards: short windows, the commit margin, prompt copies --------------------------
 
 ONE_TWO = [(" one", 0.5, 0.9), (" two", 1.0, 1.4)]
@@ -228,11 +256,12 @@ def test_windows_shorter_than_min_commit_window_commit_nothing() -> None:
     p = CommitPolicy(cfg)
     words = [(w, s + 10.0, e + 10.0) for w, s, e in ONE_TWO]
     assert texts(p.observe(hyp(words, 10.0), 10.0, 11.5)) == [("Partial", "one two")]
-    # The next hypothesis agrees, but its window is 1.99 s long: agreement only.
-    assert p.observe(hyp(words, 10.0), 10.0, 11.99) == []
+    # The next hypothesis agrees, but its window is 1.9 s long: agreement only.
+    assert p.observe(hyp(words, 10.0), 10.0, 11.9) == []
     assert p.committed_end == 0.0 and [w.word for w in p.pending] == [" one", " two"]
-    # A window of min_commit_window_s commits what it agrees on with the short one before.
-    events = p.observe(hyp([*words, (" three", 11.5, 11.6)], 10.0), 10.0, 12.0)
+    # A window of min_commit_window_s (in whole mel frames: 2 s of audio is 1.99 s) commits
+    # what it agrees on with the short one before.
+    events = p.observe(hyp([*words, (" three", 11.5, 11.6)], 10.0), 10.0, 11.99)
     assert texts(events) == [("Final", "one two"), ("Partial", "three")]
     assert p.committed_end == 11.4
 
@@ -241,6 +270,29 @@ def test_min_commit_window_is_configurable() -> None:
     p = CommitPolicy(PolicyConfig(min_commit_window_s=1.0))
     p.observe(hyp(ONE_TWO), 0.0, 1.9)
     assert texts(p.observe(hyp(ONE_TWO), 0.0, 1.95)) == [("Final", "one two")]
+
+
+def test_a_forced_endpoint_inside_speech_keeps_the_commit_point_at_the_last_word() -> None:
+    p = CommitPolicy(AGREEMENT)
+    events = p.observe(hyp([(" ask", 0.5, 0.9), (" not", 1.0, 1.4)]), 0.0, 2.0, endpoint=True, speech_goes_on=True)
+    assert texts(events) == [("Final", "ask not")] and p.committed_end == 1.4
+    # The next utterance starts a second back: "not" heard again is dropped, the cut "what" kept.
+    events = p.observe(hyp([(" not", 1.0, 1.4), (" what", 1.9, 2.3)], 1.0), 1.0, 3.0)
+    assert texts(events) == [("Partial", "what")]
+
+
+def test_a_loop_is_judged_by_the_words_before_it() -> None:
+    """A loop's repeats are confident (it feeds itself); the words before it decide."""
+    loop = [(w, 2.0 + 0.2 * i, 2.2 + 0.2 * i) for i, w in enumerate([" a", " little", " bit", " of"] * 5)]
+    said = [(" I'm", 0.0, 0.4), (" going", 0.4, 0.8), (" to", 0.8, 1.2), (" do", 1.2, 2.0)]
+    doubted, sure = hyp(said + loop), hyp(said + loop)
+    doubted = dataclasses.replace(doubted, words=tuple(
+        dataclasses.replace(w, probability=p)
+        for w, p in zip(doubted.words, [0.14, 0.3, 0.93, 0.04, 0.17, 0.19, 0.3, 0.45] + [0.85] * 16, strict=True)
+    ))
+    assert screen(doubted, PolicyConfig()) == ((), "low_word_probability")  # dishes clattering
+    words, reason = screen(sure, PolicyConfig())
+    assert reason == "loop" and " ".join(w.word.strip() for w in words) == "I'm going to do a little bit of"
 
 
 def test_an_endpoint_finalises_a_short_utterance() -> None:
@@ -275,7 +327,7 @@ def test_commit_margin_holds_back_words_near_the_window_end(margin: float, commi
 
 
 def test_default_commit_margin() -> None:
-    assert PolicyConfig().commit_margin_s == 0.3
+    assert PolicyConfig().commit_margin_s == 0.5
     p = CommitPolicy()
     p.observe(hyp(AGREED), 0.0, 3.0)
     assert texts(p.observe(hyp(AGREED), 0.0, 3.0)) == [("Final", "a b"), ("Partial", "c d")]
@@ -391,7 +443,9 @@ def check_invariants(events: Sequence[Event]) -> None:
 
 # Trim the window at every commit, with the agreement mechanics alone: the scenarios written for
 # LocalAgreement at the commit point (the defaults keep committed words as a forced prefix).
-TRIM_AT_COMMIT = StreamingConfig(trim_after_s=0.0, trim_keep_s=0.0, policy=AGREEMENT)
+TRIM_AT_COMMIT = StreamingConfig(min_step_s=1.0, trim_after_s=0.0, trim_keep_s=0.0, policy=AGREEMENT)
+# The other settings at their defaults; every script gives one hypothesis per second of audio.
+DEFAULTS_1S = StreamingConfig(min_step_s=1.0)
 
 HELLO = [
     (" Hello", 0.4, 0.8),
@@ -417,7 +471,7 @@ def test_golden_agreement_and_endpoint() -> None:
 
 
 def test_golden_agreement_with_default_settings() -> None:
-    # The same speech with the defaults: windows under 2 s commit nothing; then the committed
+    # The same speech with the defaults (at a 1 s step): the 1 s window commits nothing; then the committed
     # words stay in the window and are sent as the forced prefix of the endpoint request.
     misheard = [(" Hello", 0.4, 0.8), (" word", 0.8, 1.0)]
     run_scenario(
@@ -425,6 +479,7 @@ def test_golden_agreement_with_default_settings() -> None:
         seconds=6.0,
         spans=[(0.3, 4.0)],
         script=[{"words": misheard}] + [{"words": HELLO}] * 4,
+        config=DEFAULTS_1S,
     )
 
 
@@ -441,6 +496,7 @@ def test_golden_non_speech_is_dropped() -> None:
             },
             {"words": [(" Subtitles", 0.4, 1.5)], "hyp": {"avg_logprob": -1.7}},
         ],
+        config=DEFAULTS_1S,
     )
 
 

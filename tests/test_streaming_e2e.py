@@ -9,7 +9,7 @@ import pytest
 from streamwhisper.audio.files import load_audio
 from streamwhisper.bench import replay
 from streamwhisper.cli import main
-from streamwhisper.evaluation import Clip, read_manifest, word_error_rate
+from streamwhisper.evaluation import Clip, normalize, read_manifest, word_error_rate
 from streamwhisper.events import Final, Partial
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.serving import WhisperRecognizer
@@ -59,6 +59,27 @@ def test_jfk_streams_its_transcript(model: Whisper, manifest: list[Clip]) -> Non
     text = " ".join(f.text for f in finals)
     assert word_error_rate([clip.reference], [text]) <= 0.15, text
     assert finals[-1].endpoint
+
+
+def test_a_lagging_worker_loses_no_word(model: Whisper, manifest: list[Clip]) -> None:
+    """Requests served late, as by a busy worker, give long windows and a new utterance after
+    the pause in "for you, ask what you can do": conditioned on a prompt that broke off at
+    "can do for you", the decoder said only "for your country" (a CI run caught it)."""
+    clip = by_id(manifest, "en_jfk")
+    recognizer = WhisperRecognizer(model)
+    streamer = Streamer(encode_text=recognizer.encode_text)
+    audio = load_audio(clip.wav)
+    served_at = {8, 82, 87, 102}  # tenths of a second of audio received
+    events: list[object] = []
+    for n, i in enumerate(range(0, len(audio), 1600), start=1):
+        events += streamer.feed(audio[i : i + 1600])
+        if n in served_at and (request := streamer.pending_request()) is not None:
+            events += streamer.complete(recognizer.recognize([request])[0])
+    events += streamer.flush()
+    while (request := streamer.pending_request()) is not None:
+        events += streamer.complete(recognizer.recognize([request])[0])
+    text = " ".join(f.text for f in check_invariants(events))
+    assert "ask what you can do for your country" in normalize(text), text
 
 
 @pytest.mark.slow

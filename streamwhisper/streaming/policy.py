@@ -34,6 +34,12 @@ logger = logging.getLogger(__name__)
 EncodeText = Callable[[str], Sequence[int]]
 CUT_MARGIN_S = 0.04  # two of Whisper's 20 ms timestamp steps
 TAIL_WORDS = 256  # committed words kept: more than a 30 s window can hold
+# A window holds whole mel frames, one short of its audio (2 s of audio is a 1.99 s window):
+# the 2 s window meets min_commit_window_s = 2 (without the slack the first commit waited for
+# the next step: read_en final latency p95 2.3 s instead of 1.8 s at a 0.5 s step).
+WINDOW_SLACK_S = 0.05
+# Marks that end a clause or sentence (Latin and CJK): left off the end of a forced prefix.
+CLAUSE_END_PUNCTUATION = ".,;:!?…。，、；：！？"
 
 
 def normalize_word(word: str) -> str:
@@ -114,17 +120,19 @@ def screen(
         return (), "low_logprob"
     if hypothesis.no_speech_prob > config.no_speech_hard_threshold:
         return (), "no_speech_hard"
-    if hypothesis.words and mean_word_probability(hypothesis.words) < config.min_mean_word_probability:
-        if vouched is None or not vouched(hypothesis.words):
-            return (), "low_word_probability"
     words = tuple(w for w in hypothesis.words if normalize_word(w.word))
+    cut = find_loop(
+        [normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats, config.loop_long_ngram
+    )
+    # A loop reinforces itself (its repeats reach probability 0.8-0.9): judge what precedes it.
+    judged = hypothesis.words if cut is None else words[:cut]
+    if judged and mean_word_probability(judged) < config.min_mean_word_probability:
+        if vouched is None or not vouched(judged):
+            return (), "low_word_probability"
     if words and is_non_lexical(words):
         return (), "non_lexical"
     if " ".join(normalize_word(w.word) for w in words) in config.stock_phrases:
         return (), "stock_phrase"
-    cut = find_loop(
-        [normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats, config.loop_long_ngram
-    )
     if cut is not None:
         return words[:cut], "loop"
     if hypothesis.compression_ratio > config.compression_ratio_threshold:
@@ -163,6 +171,7 @@ class CommitPolicy:
         self._seq = 0
         self._utterance_start: float | None = None  # window start of the utterance's first hypothesis
         self._prompt: tuple[int, ...] = ()
+        self._closed_prompt: tuple[int, ...] = ()  # the prompt as a finished sentence
 
     @property
     def committed_end(self) -> float:
@@ -187,6 +196,7 @@ class CommitPolicy:
         *,
         endpoint: bool = False,
         prefixed: bool = False,
+        speech_goes_on: bool = False,
     ) -> list[Event]:
         """Take the hypothesis of the window ``[window_start, window_end)``.
 
@@ -207,13 +217,13 @@ class CommitPolicy:
         placed = self._place(words, window_start, window_end, prefixed)
         if endpoint:
             self._pending, self._seen = placed, [1] * len(placed)
-            return self.close(window_end)
+            return self.close(window_end, speech_goes_on=speech_goes_on)
         cfg = self._config
         # Hypotheses of the first seconds of an utterance are guesses (Whisper needs context):
         # no commits until it is min_commit_window_s long (a trimmed window keeps its prompt).
         if self._utterance_start is None:
             self._utterance_start = window_start
-        can_commit = window_end - self._utterance_start >= cfg.min_commit_window_s
+        can_commit = window_end - self._utterance_start + WINDOW_SLACK_S >= cfg.min_commit_window_s
         seen: list[int] = []  # how many hypotheses in a row said each word (the same words before it)
         for i, new in enumerate(placed):
             same = i < len(self._pending) and normalize_word(self._pending[i].word) == normalize_word(new.word)
@@ -238,11 +248,14 @@ class CommitPolicy:
         events.extend(self._refresh_partial())
         return events
 
-    def close(self, end: float) -> list[Event]:
+    def close(self, end: float, *, speech_goes_on: bool = False) -> list[Event]:
         """End the utterance at ``end``: the pending words become an endpoint ``Final``.
 
         The final is emitted when it has words or when the utterance already produced finals
         (then it may be empty and only marks the endpoint); a partial left on screen is cleared.
+        ``speech_goes_on`` (a forced endpoint inside speech): the commit point stays after the
+        last committed word, so a word cut by ``end`` is heard again by the next utterance,
+        whose first words repeating the committed ones are dropped.
         """
         events: list[Event] = []
         if self._pending or self._finals_in_utterance:
@@ -253,8 +266,11 @@ class CommitPolicy:
         self._shown = ""
         self._finals_in_utterance = 0
         self._utterance_start = None
-        self._committed_end = max(self._committed_end, end)
-        self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
+        if speech_goes_on:
+            self._soft_boundary = bool(self._tail)
+        else:
+            self._committed_end = max(self._committed_end, end)
+            self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
         return events
 
     def force_commit(self, before: float) -> list[Event]:
@@ -282,13 +298,21 @@ class CommitPolicy:
         self._seen = [1] * len(self._pending)
 
     def trim_point(self, keep_s: float = 0.0) -> float:
-        """Where a long window may start: the end of the last committed word that leaves at
-        least ``keep_s`` seconds of committed words after it (the forced prefix of the next
-        windows), 0.0 when none is that old; the commit point itself when ``keep_s`` is 0."""
+        """Where a long window may start: after the last committed word that leaves at least
+        ``keep_s`` seconds of committed words after it (the forced prefix of the next windows),
+        half-way to the next word; 0.0 when none is that old; the commit point itself when
+        ``keep_s`` is 0."""
         if keep_s <= 0:
             return self._committed_end
         limit = self._committed_end - keep_s
-        return next((w.end for w in reversed(self._tail) if w.end <= limit), 0.0)
+        words = list(self._tail)
+        for i in range(len(words) - 1, -1, -1):
+            if words[i].end <= limit:
+                # mid-way to the next word: a cut right at a word's end leaves its last
+                # milliseconds (and the analysis window around them) in the next window
+                after = words[i + 1].start if i + 1 < len(words) else words[i].end
+                return max(words[i].end, (words[i].end + after) / 2)
+        return 0.0
 
     def context(self, window_start: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(prompt, prefix) token ids for a window starting at ``window_start`` seconds.
@@ -301,9 +325,18 @@ class CommitPolicy:
             return (), ()
         inside = [w for w in self._tail if w.end > window_start]
         if not inside:
-            return self._prompt, ()
+            # After a pause the prompt reads as a finished sentence: one that breaks off
+            # ("... can do for you") makes the decoder continue it and skip new words that
+            # sound like its end ("ask what you can do for your country" -> "for your country").
+            return (self._prompt if self._soft_boundary else self._closed_prompt), ()
         before = list(self._tail)[: len(self._tail) - len(inside)]
-        prefix = tuple(self._encode("".join(w.word for w in inside)))
+        text = "".join(w.word for w in inside)
+        if cfg.bare_prefix_end:
+            # The mark after the last committed word was the decoder's guess at what follows,
+            # made when the window ended there ("rose, Mike."): left in the prefix, it steers
+            # the decoder to the same guess ("rose, might" -> ", Mike never die").
+            text = text.rstrip(CLAUSE_END_PUNCTUATION)
+        prefix = tuple(self._encode(text))
         prompt: tuple[int, ...] = ()
         if before and cfg.condition_on_committed and cfg.max_prompt_tokens:
             prompt = tuple(self._encode("".join(w.word for w in before[-cfg.max_prompt_tokens :])))
@@ -412,5 +445,8 @@ class CommitPolicy:
         if self._encode is None or not cfg.condition_on_committed or not cfg.max_prompt_tokens:
             return
         words = list(self._tail)[-cfg.max_prompt_tokens :]
-        tokens = tuple(self._encode("".join(w.word for w in words)))
-        self._prompt = tokens[-cfg.max_prompt_tokens :]
+        text = "".join(w.word for w in words)
+        self._prompt = tuple(self._encode(text))[-cfg.max_prompt_tokens :]
+        self._closed_prompt = self._prompt
+        if cfg.close_prompt_at_pause and text.rstrip()[-1:].isalnum():
+            self._closed_prompt = tuple(self._encode(text.rstrip() + "."))[-cfg.max_prompt_tokens :]

@@ -95,6 +95,7 @@ class Streamer:
         self._next_start: int | None = None  # the next utterance began before that request
         self._next_end: int | None = None  # ... and ended before it, too
         self._floor = 0  # the next utterance starts after the last one
+        self._speech_goes_on = False  # the utterance was ended by finalize() inside speech
         self._last_request_end = 0
         self._inflight: _Inflight | None = None
         self._flushed = False
@@ -197,7 +198,11 @@ class Streamer:
             return []
         self._endpoint_at = max(self._ring.end, self._window_start)
         if self._detector.speaking:
-            self._next_start = _align_down(self._ring.end)
+            # the next utterance starts a little before this point: a word cut by it is heard
+            # whole there (the policy drops what repeats the committed words)
+            back = round(self._config.policy.dedupe_window_s * SAMPLE_RATE)
+            self._next_start = _align_down(max(self._ring.end - back, self._window_start))
+            self._speech_goes_on = True
         return self._settle()
 
     def pending_request(self) -> RecognitionRequest | None:
@@ -231,7 +236,9 @@ class Streamer:
             task=self._config.task,
             key=self._key,
         )
-        self._inflight = _Inflight(start * HOP_LENGTH, end * HOP_LENGTH, endpoint, bool(prefix))
+        self._inflight = _Inflight(
+            start * HOP_LENGTH, end * HOP_LENGTH, endpoint, bool(prefix), endpoint and self._speech_goes_on
+        )
         self._last_request_end = end * HOP_LENGTH
         if endpoint:
             self._end_utterance()
@@ -244,7 +251,10 @@ class Streamer:
             raise RuntimeError("complete() without an outstanding request")
         self._inflight = None
         start, end = inflight.start / SAMPLE_RATE, inflight.end / SAMPLE_RATE
-        events = self._policy.observe(hypothesis, start, end, endpoint=inflight.endpoint, prefixed=inflight.prefixed)
+        events = self._policy.observe(
+            hypothesis, start, end,
+            endpoint=inflight.endpoint, prefixed=inflight.prefixed, speech_goes_on=inflight.speech_goes_on,
+        )
         if not inflight.endpoint:
             events.extend(self._after_commit(end))
         events.extend(self._settle())
@@ -260,7 +270,7 @@ class Streamer:
         self._inflight = None
         events: list[Event] = []
         if inflight is not None and inflight.endpoint:
-            events.extend(self._policy.close(inflight.end / SAMPLE_RATE))
+            events.extend(self._policy.close(inflight.end / SAMPLE_RATE, speech_goes_on=inflight.speech_goes_on))
         elif inflight is not None:
             self._last_request_end = inflight.start
         events.extend(self._settle())
@@ -296,6 +306,9 @@ class Streamer:
         assert self._endpoint_at is not None
         self._active = False
         self._floor = _align_up(self._endpoint_at)
+        if self._speech_goes_on and self._next_start is not None:
+            self._floor = min(self._floor, self._next_start)
+        self._speech_goes_on = False
         self._endpoint_at = None
         if self._next_start is not None:
             queued_end = self._next_end
@@ -311,7 +324,7 @@ class Streamer:
             return []
         if self._endpoint_at // HOP_LENGTH > self._window_start // HOP_LENGTH:
             return []
-        events = self._policy.close(self._endpoint_at / SAMPLE_RATE)
+        events = self._policy.close(self._endpoint_at / SAMPLE_RATE, speech_goes_on=self._speech_goes_on)
         self._end_utterance()
         return events
 
@@ -374,6 +387,7 @@ class _Inflight:
     end: int
     endpoint: bool
     prefixed: bool = False  # decoded after the committed words in its window
+    speech_goes_on: bool = False  # a forced endpoint inside speech (see finalize)
 
 
 def run_sync(
