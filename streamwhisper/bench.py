@@ -147,6 +147,38 @@ def run_bench(
     return summarize(runs, aware)
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), else what the platform module reports."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def encoder_ms(model: Any, runs: int = 5) -> float:
+    """Median milliseconds to encode one 30 s window: how fast this machine is for the model.
+
+    Streaming figures scale with it (a request every step encodes a full window), so a run's
+    figures are comparable with another machine's only alongside it.
+    """
+    import torch
+
+    mel = torch.zeros(1, model.dims.n_mels, 3000, device=model.device)
+    times = []
+    with torch.inference_mode():
+        for i in range(runs + 1):
+            t0 = time.perf_counter()
+            model.encoder(mel.to(model.dtype))
+            if i:  # the first call warms up
+                times.append((time.perf_counter() - t0) * 1000)
+    return round(float(np.median(times)), 1)
+
+
 def summarize(runs: list[ClipRun], aware: bool) -> dict[str, Any]:
     speech = [r for r in runs if r.clip.category != "nonspeech"]
     nonspeech = [r for r in runs if r.clip.category == "nonspeech"]
@@ -234,6 +266,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     summary = run_bench(clips, make_streamer, recognizer, transcriber, aware=not args.unaware, progress=log)
     summary["model"] = config.model.name
     summary["compute_type"] = config.model.compute_type
+    summary["cpu"] = cpu_name()
+    summary["encoder_ms"] = encoder_ms(model)
     if args.json:
         print(json.dumps(summary))
     else:

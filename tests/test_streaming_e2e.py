@@ -118,4 +118,6 @@ def test_bench_command_prints_the_figures(capsys: pytest.CaptureFixture[str], sh
         assert key in summary, key
     assert summary["audio_seconds"] == pytest.approx(11.0, abs=0.05)
     assert 0 <= summary["wer"] <= 0.2  # against the offline transcript of the same model
+    # the machine the figures were measured on, and how fast it encodes a 30 s window
+    assert summary["cpu"] and summary["encoder_ms"] > 0
     assert summary["final_latency_p50"] is not None and summary["final_latency_p50"] >= 0
