@@ -315,6 +315,21 @@ def test_kv_cache_repeat_interleaves_rows() -> None:
     assert cache.self_k[0][:, 0, 0, 0].tolist() == [1.0, 2.0]
 
 
+def test_kv_cache_repeat_into_less_room_keeps_the_cached_tokens() -> None:
+    cache = _small_cache()
+    _step(cache, [1.0, 2.0])
+    _step(cache, [3.0, 4.0])
+    beams = cache.repeat(2, max_len=3)
+    assert beams.max_len == 3 and beams.length == 2
+    assert beams.self_k[0][:, 0, :2, 0].tolist() == [[1.0, 3.0], [1.0, 3.0], [2.0, 4.0], [2.0, 4.0]]
+    k, _ = _step(beams, [5.0, 6.0, 7.0, 8.0])
+    assert k[:, 0, :, 0].tolist() == [[1.0, 3.0, 5.0], [1.0, 3.0, 6.0], [2.0, 4.0, 7.0], [2.0, 4.0, 8.0]]
+    with pytest.raises(ValueError, match="overflow"):
+        _step(beams, [0.0] * 4)
+    with pytest.raises(ValueError, match="room"):
+        cache.repeat(2, max_len=1)
+
+
 def test_kv_cache_repeat_of_one_window_shares_its_cross_keys() -> None:
     cache = _small_cache(batch=1)
     _step(cache, [1.0])

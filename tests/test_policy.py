@@ -314,7 +314,7 @@ AGREED = [(" a", 1.5, 2.0), (" b", 2.1, 2.45), (" c", 2.5, 2.8), (" d", 2.85, 2.
     [(0.02, "a b c d"), (0.04, "a b c"), (0.3, "a b"), (0.6, "a"), (1.1, "")],
 )
 def test_commit_margin_holds_back_words_near_the_window_end(margin: float, committed: str) -> None:
-    p = CommitPolicy(PolicyConfig(commit_margin_s=margin, min_commit_window_s=0.0))
+    p = CommitPolicy(PolicyConfig(commit_margin_s=margin, sure_margin_s=margin, min_commit_window_s=0.0))
     p.observe(hyp(AGREED), 0.0, 3.0)
     events = p.observe(hyp(AGREED), 0.0, 3.0)
     finals = [e.text for e in events if isinstance(e, Final)]
@@ -331,6 +331,38 @@ def test_default_commit_margin() -> None:
     p = CommitPolicy()
     p.observe(hyp(AGREED), 0.0, 3.0)
     assert texts(p.observe(hyp(AGREED), 0.0, 3.0)) == [("Final", "a b"), ("Partial", "c d")]
+
+
+def _with_probabilities(words: Sequence[tuple[str, float, float]], probabilities: Sequence[float]) -> Hypothesis:
+    h = hyp(words)
+    said = tuple(dataclasses.replace(w, probability=p) for w, p in zip(h.words, probabilities, strict=True))
+    return dataclasses.replace(h, words=said)
+
+
+@pytest.mark.parametrize(
+    ("probabilities", "committed"),
+    [
+        ([0.9, 0.9, 0.9, 0.9], "a b"),  # c ends 0.2 s before the end: inside even the sure margin
+        ([0.95, 0.5, 0.9, 0.9], "a"),  # b is doubted: the full margin
+        ([0.95, 0.95, 0.95], "a b"),  # b is sure and followed by c
+    ],
+)
+def test_a_sure_word_followed_by_another_needs_a_shorter_margin(probabilities: list[float], committed: str) -> None:
+    config = PolicyConfig(commit_margin_s=0.6, sure_margin_s=0.3, sure_probability=0.9, min_commit_window_s=0.0)
+    words = AGREED[: len(probabilities)]
+    p = CommitPolicy(config)
+    p.observe(_with_probabilities(words, probabilities), 0.0, 3.0)
+    finals = [e.text for e in p.observe(_with_probabilities(words, probabilities), 0.0, 3.0) if isinstance(e, Final)]
+    assert finals == [committed]
+
+
+def test_the_last_word_of_a_hypothesis_needs_the_full_margin() -> None:
+    config = PolicyConfig(commit_margin_s=0.6, sure_margin_s=0.3, min_commit_window_s=0.0)
+    p = CommitPolicy(config)
+    two = AGREED[:2]  # b ends 0.55 s before the window's end and nothing follows it
+    p.observe(_with_probabilities(two, [0.99, 0.99]), 0.0, 3.0)
+    events = p.observe(_with_probabilities(two, [0.99, 0.99]), 0.0, 3.0)
+    assert [e.text for e in events if isinstance(e, Final)] == ["a"]
 
 
 SAID = [(f" {w}", 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i, w in enumerate(["one", "two", "three", "four", "five", "six"])]

@@ -11,7 +11,7 @@ from fakes import SR, EnergyVad, Spoken, ToneRecognizer, label_of, synth
 
 from streamwhisper.errors import AudioFormatError, ConfigError
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
-from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
+from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 from streamwhisper.streaming.streamer import RequestWindow, Streamer, run_sync
 
@@ -185,7 +185,9 @@ def test_committed_words_stay_in_the_window_as_a_forced_prefix_until_it_is_trim_
             assert b.start == pytest.approx(cut, abs=0.01) and request.prompt  # on a mel frame
             kept = [w for w in before if w.end > b.start]
             assert request.prefix == tuple(label_of(w.word) for w in kept)
-            assert kept and before[-1].end - b.start >= config.trim_keep_s
+            # the committed words after the cut span trim_keep_s: the last word before it ends
+            # that long before the last committed word (the cut lies half-way to the next word)
+            assert kept and before[-1].end - max(w.end for w in before if w.end <= b.start) >= config.trim_keep_s
         else:  # otherwise the window keeps its start and the committed words as the prefix
             assert b.start == a.start
     assert trims >= 3
@@ -350,3 +352,40 @@ def test_invalid_streaming_config() -> None:
 def test_bad_samples_are_refused(bad: np.ndarray) -> None:
     with pytest.raises(AudioFormatError):
         Streamer(vad=EnergyVad()).feed(bad)
+
+
+class SilentThenSpeaking:
+    """Hears nothing for its first ``silent`` requests, then one word filling each window."""
+
+    def __init__(self, silent: int) -> None:
+        self.silent = silent
+        self.ends: list[float] = []  # each request's window length, seconds
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+        out = []
+        for r in requests:
+            seconds = r.mel.shape[-1] / 100
+            self.ends.append(seconds)
+            words = () if len(self.ends) <= self.silent else (HypothesisWord(" word", 0.0, seconds, 0.95),)
+            text = "".join(w.word for w in words)
+            fields = dict(avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.2, language="en")
+            out.append(Hypothesis(text, (), words, **fields))  # type: ignore[arg-type]
+        return out
+
+
+@pytest.mark.parametrize("silent", [100, 6])
+def test_wordless_hypotheses_space_out_the_requests(silent: int) -> None:
+    """Music the VAD lets through: after wordless_after empty hypotheses, one request per
+    wordless_step_s; the first hypothesis with words brings back the normal step."""
+    audio = np.full(16 * SR, 0.3, dtype=np.float32)  # "speech" to the VAD all along
+    config = StreamingConfig(wordless_after=4, wordless_step_s=2.0, trim_after_s=30.0)
+    recognizer = SilentThenSpeaking(silent)
+    chunks = [audio[i : i + 1600] for i in range(0, audio.shape[0], 1600)]
+    run_sync(Streamer(config, vad=EnergyVad()), recognizer, chunks, flush=False)
+    steps = [round(b - a, 1) for a, b in pairwise(recognizer.ends)]
+    assert steps[:3] == [0.5, 0.5, 0.5]  # four wordless hypotheses at the normal step...
+    if silent == 100:
+        assert set(steps[3:]) == {2.0} and len(steps) >= 9  # ...then every 2 s
+    else:
+        # the 5th to 7th requests 2 s apart; the 7th has words: the next ones 0.5 s apart again
+        assert steps[3:7] == [2.0, 2.0, 2.0, 0.5] and set(steps[7:]) == {0.5}

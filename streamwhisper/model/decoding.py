@@ -435,7 +435,8 @@ def _decode_group(
             no_speech_probs = logits[:, 0].softmax(dim=-1)[:, tokenizer.no_speech].tolist()
             logits = logits[:, 1]
             if n_group > 1:
-                cache = cache.repeat(n_group)
+                # room for the tokens the loop below may add, not the whole context
+                cache = cache.repeat(n_group, max_len=min(cache.max_len, cache.length + sample_len + 1))
                 tokens = tokens.repeat_interleave(n_group, dim=0)
                 logits = logits.repeat_interleave(n_group, dim=0)
         else:

@@ -77,10 +77,11 @@ class KVCache:
             self.self_k[layer][:, :, :n] = self.self_k[layer][rows, :, :n]
             self.self_v[layer][:, :, :n] = self.self_v[layer][rows, :, :n]
 
-    def repeat(self, n: int) -> KVCache:
+    def repeat(self, n: int, max_len: int | None = None) -> KVCache:
         """A cache whose rows are each of these rows repeated n times (beams of one window).
 
-        The self-attention K/V are copied (each beam writes its own); a single window's
+        The self-attention K/V are copied (each beam writes its own), into room for
+        ``max_len`` tokens (default: as much as this cache has); a single window's
         cross-attention K/V and mask are expanded, not copied (:attr:`shares_cross`)."""
         if self.batch_size == 1:
             ck = [k.expand(n, -1, -1, -1) for k in self.cross_k]
@@ -90,8 +91,16 @@ class KVCache:
             ck = [k.repeat_interleave(n, dim=0) for k in self.cross_k]
             cv = [v.repeat_interleave(n, dim=0) for v in self.cross_v]
             mask = None if self.cross_mask is None else self.cross_mask.repeat_interleave(n, dim=0)
-        sk = [k.repeat_interleave(n, dim=0) for k in self.self_k]
-        sv = [v.repeat_interleave(n, dim=0) for v in self.self_v]
+        max_len = self.max_len if max_len is None else max_len
+        if not self.length <= max_len <= self.max_len:
+            raise ValueError(f"cannot repeat a cache of {self.length} tokens into room for {max_len}")
+
+        def copies(t: Tensor) -> Tensor:
+            out = t.new_empty((t.shape[0] * n, t.shape[1], max_len, t.shape[3]))
+            out[:, :, : self.length] = t[:, :, : self.length].repeat_interleave(n, dim=0)
+            return out
+
+        sk, sv = [copies(k) for k in self.self_k], [copies(v) for v in self.self_v]
         return KVCache(ck, cv, sk, sv, self.length, cross_mask=mask)
 
     @property

@@ -136,9 +136,17 @@ class CrossAttention(nn.Module):
         self.query = nn.Linear(n_state, n_state)
         self.kv = nn.Linear(n_state, 2 * n_state)
         self.out = nn.Linear(n_state, n_state)
+        # Set (torch.bfloat16) to project the audio under CPU autocast in that dtype: the K/V of
+        # a 30 s window are a GEMM as large as an encoder layer's, unlike the per-token ones.
+        self.autocast_dtype: torch.dtype | None = None
 
     def project_audio(self, audio: Tensor) -> tuple[Tensor, Tensor]:
-        k, v = self.kv(audio).chunk(2, dim=-1)
+        if self.autocast_dtype is None:
+            kv = self.kv(audio)
+        else:
+            with torch.autocast(audio.device.type, dtype=self.autocast_dtype):
+                kv = self.kv(audio).to(audio.dtype)
+        k, v = kv.chunk(2, dim=-1)
         # contiguous once per window, not copied again by attention at every token
         return _split_heads(k, self.n_head).contiguous(), _split_heads(v, self.n_head).contiguous()  # (B, H, S, Dh)
 

@@ -232,10 +232,14 @@ class CommitPolicy:
             seen.append(self._seen[i] + 1 if i < len(self._seen) else 2)
         seen += [1] * (len(placed) - len(seen))
         agreed = 0
-        for new, n in zip(placed if can_commit else (), seen, strict=False):
+        for i, (new, n) in enumerate(zip(placed if can_commit else (), seen, strict=False)):
             # A word near the window's end may be cut there or still change: committing it
             # would put the trim point inside the word and leave a fragment for the next window.
-            if n < 2 or new.end > window_end - cfg.commit_margin_s:
+            # A sure word the model has heard past (another word follows it) is less at risk.
+            margin = cfg.commit_margin_s
+            if new.probability >= cfg.sure_probability and i + 1 < len(placed):
+                margin = min(margin, cfg.sure_margin_s)
+            if n < 2 or new.end > window_end - margin:
                 break
             # a word the model doubts needs one more hypothesis to say it
             if new.probability < cfg.commit_min_probability and n < 3:

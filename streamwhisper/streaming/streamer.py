@@ -33,7 +33,7 @@ from streamwhisper.audio.mel import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, Increment
 from streamwhisper.audio.ring import RingBuffer
 from streamwhisper.audio.vad import SpeechBoundary, SpeechDetector, Vad, WebRtcVad
 from streamwhisper.errors import AudioFormatError
-from streamwhisper.events import Event, SpeechEnded, SpeechStarted
+from streamwhisper.events import Event, Final, SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest, Recognizer
 
 from .config import StreamingConfig
@@ -100,6 +100,7 @@ class Streamer:
         self._inflight: _Inflight | None = None
         self._flushed = False
         self._overflowing = False
+        self._wordless = 0  # hypotheses in a row, in this utterance, that had no word
 
     @property
     def time(self) -> float:
@@ -216,7 +217,10 @@ class Streamer:
             return None
         endpoint = self._endpoint_at is not None
         new_audio = self._ring.end - max(self._last_request_end, self._window_start)
-        if not endpoint and new_audio < self._step * SAMPLE_RATE:
+        step = self._step
+        if self._wordless >= self._config.wordless_after:
+            step = max(step, self._config.wordless_step_s)
+        if not endpoint and new_audio < step * SAMPLE_RATE:
             return None
         self._catch_up()
         self._sync_mel()
@@ -255,6 +259,8 @@ class Streamer:
             hypothesis, start, end,
             endpoint=inflight.endpoint, prefixed=inflight.prefixed, speech_goes_on=inflight.speech_goes_on,
         )
+        heard = bool(self._policy.pending) or any(isinstance(e, Final) and e.words for e in events)
+        self._wordless = 0 if heard else self._wordless + 1
         if not inflight.endpoint:
             events.extend(self._after_commit(end))
         events.extend(self._settle())
@@ -300,6 +306,7 @@ class Streamer:
         self._active = True
         self._endpoint_at = self._next_start = self._next_end = None
         self._window_start = self._last_request_end = start
+        self._wordless = 0
         self._mel.reset(start)
 
     def _end_utterance(self) -> None:

@@ -1,0 +1,59 @@
+"""Word-timing helpers: the vectorised DTW against the reference recurrence, cell by cell."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamwhisper.model.timing import dtw
+
+
+def reference_dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """openai-whisper's dtw_cpu recurrence and backtrace, one cell at a time."""
+    n, m = cost.shape
+    acc = np.full((n + 1, m + 1), np.inf)
+    trace = np.full((n + 1, m + 1), -1)
+    acc[0, 0] = 0.0
+    for j in range(1, m + 1):
+        for i in range(1, n + 1):
+            c0, c1, c2 = acc[i - 1, j - 1], acc[i - 1, j], acc[i, j - 1]
+            if c0 < c1 and c0 < c2:
+                c, t = c0, 0
+            elif c1 < c0 and c1 < c2:
+                c, t = c1, 1
+            else:
+                c, t = c2, 2
+            acc[i, j] = cost[i - 1, j - 1] + c
+            trace[i, j] = t
+    trace[0, :] = 2
+    trace[:, 0] = 1
+    i, j, path = n, m, []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        if trace[i, j] == 0:
+            i, j = i - 1, j - 1
+        elif trace[i, j] == 1:
+            i -= 1
+        else:
+            j -= 1
+    rows, cols = np.array(path[::-1]).T
+    return rows, cols
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_dtw_takes_the_reference_path(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 25)), int(rng.integers(1, 120))
+    cost = -rng.random((n, m)).astype(np.float32).astype(np.float64)  # as find_alignment passes it
+    rows, cols = dtw(cost)
+    expected_rows, expected_cols = reference_dtw(cost)
+    assert rows.tolist() == expected_rows.tolist()
+    assert cols.tolist() == expected_cols.tolist()
+
+
+def test_dtw_path_is_monotonic_and_complete() -> None:
+    cost = -np.random.default_rng(1).random((12, 80))
+    rows, cols = dtw(cost)
+    assert (rows[0], cols[0]) == (0, 0) and (rows[-1], cols[-1]) == (11, 79)
+    steps = np.stack([np.diff(rows), np.diff(cols)], axis=1)
+    assert {tuple(s) for s in steps} <= {(1, 1), (1, 0), (0, 1)}
