@@ -19,7 +19,7 @@ from streamwhisper.errors import ConfigError
 from streamwhisper.evaluation import word_error_rate
 from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
-from streamwhisper.model.loading import configure_threads, cpu_has, load_model
+from streamwhisper.model.loading import bfloat16_pays_off, configure_threads, load_model
 from streamwhisper.model.tokenizer import get_tokenizer
 from streamwhisper.model.transcribe import Transcriber
 from streamwhisper.model.whisper import ModelDimensions, Whisper, blocked_attention
@@ -471,12 +471,40 @@ def test_mixed_compute_type_keeps_fp16_decoder_weights_and_an_exact_enough_encod
     features = _encode(model, jfk_mel)
     reference = _encode(tiny_model, jfk_mel)
     assert features.dtype == torch.float32
-    if cpu_has("avx512_bf16", "amx_bf16"):
+    if bfloat16_pays_off():
         assert model.encoder.autocast_dtype == torch.bfloat16
         assert not torch.equal(features, reference)
     assert torch.nn.functional.cosine_similarity(features.flatten(), reference.flatten(), dim=0) > 0.999
     result = Transcriber(model).transcribe(jfk_audio)
     assert word_error_rate([JFK_REFERENCE], [result.text]) <= 0.1
+
+
+@pytest.mark.parametrize("flags", [False, True])
+def test_bfloat16_is_used_only_where_it_is_faster(monkeypatch: pytest.MonkeyPatch, flags: bool) -> None:
+    """A CPU without bfloat16 instructions never measures; one with them uses bfloat16 only
+    when its GEMMs beat float32 (an Intel Xeon here reports AVX-512 BF16 and runs them at half
+    speed)."""
+    import streamwhisper.model.loading as loading
+
+    timed: list[torch.dtype] = []
+    real_randn = torch.randn
+
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        timed.append(dtype)
+        return real_randn(*shape, dtype=dtype)
+
+    monkeypatch.setattr(loading, "cpu_has", lambda *names: flags)
+    monkeypatch.setattr(loading.torch, "randn", randn)
+    bfloat16_pays_off.cache_clear()
+    try:
+        chosen = bfloat16_pays_off()
+        assert bfloat16_pays_off() is chosen and len(timed) == (4 if flags else 0)  # measured once
+        assert chosen is False or flags
+        monkeypatch.setattr(loading.torch, "randn", real_randn)
+        model = load_model("tiny.en", compute_type="mixed")
+        assert (model.encoder.autocast_dtype == torch.bfloat16) is chosen
+    finally:
+        bfloat16_pays_off.cache_clear()
 
 
 @IGNORE_QUANT_DEPRECATION

@@ -281,6 +281,18 @@ def test_a_forced_endpoint_inside_speech_keeps_the_commit_point_at_the_last_word
     assert texts(events) == [("Partial", "what")]
 
 
+def test_a_word_cut_by_a_forced_endpoint_waits_for_the_next_utterance() -> None:
+    p = CommitPolicy(AGREEMENT)
+    cut = hyp([(" ask", 0.5, 0.9), (" not", 1.0, 1.4), (" why", 1.8, 2.0)])  # "what", cut at 2.0
+    events = p.observe(cut, 0.0, 2.0, endpoint=True, speech_goes_on=True)
+    assert texts(events) == [("Final", "ask not")] and p.committed_end == 1.4
+    events = p.observe(hyp([(" not", 1.0, 1.4), (" what", 1.8, 2.2)], 1.0), 1.0, 3.0)
+    assert texts(events) == [("Partial", "what")]
+    # at a VAD endpoint (silence after the speech) the last word is whole: it is kept
+    q = CommitPolicy(AGREEMENT)
+    assert texts(q.observe(cut, 0.0, 2.0, endpoint=True)) == [("Final", "ask not why")]
+
+
 def test_a_loop_is_judged_by_the_words_before_it() -> None:
     """A loop's repeats are confident (it feeds itself); the words before it decide."""
     loop = [(w, 2.0 + 0.2 * i, 2.2 + 0.2 * i) for i, w in enumerate([" a", " little", " bit", " of"] * 5)]
@@ -475,7 +487,8 @@ def check_invariants(events: Sequence[Event]) -> None:
 
 # Trim the window at every commit, with the agreement mechanics alone: the scenarios written for
 # LocalAgreement at the commit point (the defaults keep committed words as a forced prefix).
-TRIM_AT_COMMIT = StreamingConfig(min_step_s=1.0, trim_after_s=0.0, trim_keep_s=0.0, policy=AGREEMENT)
+# pause_hold_ms=0: the scripts give a hypothesis in the endpoint hangover too
+TRIM_AT_COMMIT = StreamingConfig(min_step_s=1.0, trim_after_s=0.0, trim_keep_s=0.0, pause_hold_ms=0, policy=AGREEMENT)
 # The other settings at their defaults; every script gives one hypothesis per second of audio.
 DEFAULTS_1S = StreamingConfig(min_step_s=1.0)
 

@@ -383,9 +383,57 @@ def test_wordless_hypotheses_space_out_the_requests(silent: int) -> None:
     chunks = [audio[i : i + 1600] for i in range(0, audio.shape[0], 1600)]
     run_sync(Streamer(config, vad=EnergyVad()), recognizer, chunks, flush=False)
     steps = [round(b - a, 1) for a, b in pairwise(recognizer.ends)]
-    assert steps[:3] == [0.5, 0.5, 0.5]  # four wordless hypotheses at the normal step...
+    assert steps[:3] == [1.0, 0.5, 0.5]  # four wordless hypotheses (the early step, then 0.5)...
     if silent == 100:
         assert set(steps[3:]) == {2.0} and len(steps) >= 9  # ...then every 2 s
     else:
         # the 5th to 7th requests 2 s apart; the 7th has words: the next ones 0.5 s apart again
         assert steps[3:7] == [2.0, 2.0, 2.0, 0.5] and set(steps[7:]) == {0.5}
+
+
+@pytest.mark.parametrize("min_commit", [2.0, 3.0])
+def test_partial_only_requests_wait_for_the_early_step(min_commit: float) -> None:
+    """Before an utterance can commit, only the hypothesis the first commit agrees with is
+    needed: after the first request, the others wait for early_step_s. Same finals, fewer
+    requests."""
+    audio, spoken = synth(60.0, seed=7, continuous=(10.0, 25.0))
+    windows: dict[float, list[float]] = {}
+    finals: dict[float, list[str]] = {}
+    for early in (0.5, 1.0):
+        config = StreamingConfig(early_step_s=early, policy=PolicyConfig(min_commit_window_s=min_commit))
+        recognizer = ToneRecognizer()
+        streamer = Streamer(config, vad=EnergyVad(), encode_text=recognizer.encode_text)
+        events = feed_all(streamer, recognizer, audio, [1_600])
+        check_stream(events, spoken)
+        finals[early] = [w.word for e in events if isinstance(e, Final) for w in e.words]
+        windows[early] = [r.mel.shape[1] / 100 for r in recognizer.requests]
+    assert finals[1.0] == finals[0.5]
+    assert len(windows[1.0]) < len(windows[0.5])
+    # the first utterance: early steps until the next window can commit, then 0.5 s steps
+    steps = {early: [round(b - a, 1) for a, b in pairwise(w[:5])] for early, w in windows.items()}
+    assert steps[1.0] == ([1.0, 0.5, 0.5, 0.5] if min_commit == 2.0 else [1.0, 1.0, 0.5, 0.5])
+    assert steps[0.5] == [0.5, 0.5, 0.5, 0.5]
+
+
+@pytest.mark.parametrize("hold_ms", [0, 150])
+def test_no_request_in_a_pause_until_speech_resumes(hold_ms: int) -> None:
+    """A 0.45 s pause (shorter than the 0.5 s endpoint): with pause_hold_ms, no window ends
+    more than pause_hold_ms (and a frame and a chunk) into it; the words come out the same."""
+    audio = np.zeros(8 * SR, dtype=np.float32)
+    audio[int(0.5 * SR) : int(3.0 * SR)] = 0.3
+    audio[int(3.45 * SR) : int(6.0 * SR)] = 0.3
+    config = StreamingConfig(pause_hold_ms=hold_ms, trim_after_s=30.0)
+    streamer = Streamer(config, vad=EnergyVad())
+    recognizer = SilentThenSpeaking(0)
+    ends: list[float] = []
+    events: list[Event] = []
+    for i in range(0, audio.shape[0], 1600):
+        events += streamer.feed(audio[i : i + 1600])
+        while (request := streamer.pending_request()) is not None:
+            window = streamer.outstanding
+            assert window is not None
+            ends.append(window.end)
+            events += streamer.complete(recognizer.recognize([request])[0])
+    in_pause = [e for e in ends if 3.0 + (hold_ms + 30) / 1000 + 0.1 < e < 3.45]
+    assert bool(in_pause) == (hold_ms == 0), ends
+    assert sum(isinstance(e, SpeechEnded) for e in events) == 1  # one utterance: the pause is inside it

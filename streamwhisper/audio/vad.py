@@ -99,6 +99,11 @@ class SpeechDetector:
         """True between a start and an end boundary."""
         return self._speaking
 
+    @property
+    def quiet_samples(self) -> int:
+        """While speaking: samples classified unvoiced since the last voiced frame (else 0)."""
+        return self._pos - self._last_voiced_end if self._speaking else 0
+
     def feed(self, samples: np.ndarray) -> list[SpeechBoundary]:
         """Classify the complete frames of ``samples`` (after any buffered remainder)."""
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)

@@ -153,6 +153,17 @@ class StreamingConfig:
     # a core busy (non-speech clips: 350 requests instead of 730; speech unchanged).
     wordless_after: int = 4
     wordless_step_s: float = 2.0
+    # Until an utterance is long enough to commit (policy.min_commit_window_s), a hypothesis
+    # only refreshes the partial, except the one right before that length, which the first
+    # commit agrees with: after the utterance's first request, such partial-only requests wait
+    # for early_step_s of new audio (windows of 0.5, 1.5, 2.0 s ... instead of 0.5, 1.0, 1.5,
+    # 2.0 s). The commits are the same; read_en: 9 % fewer requests, partial p50 +0.04 s.
+    early_step_s: float = 1.0
+    # While the VAD hears a pause of pause_hold_ms or more inside an utterance, no request is
+    # made: the next comes when speech resumes (its new audio is due at once) or at the
+    # endpoint, which finalises the words before the pause anyway. 0 disables. read_en: 3 %
+    # fewer requests, the same latency and WER.
+    pause_hold_ms: int = 150
     # Committed words stay in the window (as a forced decoder prefix) until it is this long;
     # then it is trimmed at the commit point. 0 trims at every commit.
     trim_after_s: float = 8.0
@@ -175,6 +186,8 @@ class StreamingConfig:
             self.min_step_s <= self.wordless_step_s <= self.max_window_s - self.force_commit_s,
             "wordless_step_s must be in [min_step_s, max_window_s - force_commit_s]",
         )
+        _check(0.0 < self.early_step_s <= 10.0, "early_step_s must be in (0, 10]")
+        _check(0 <= self.pause_hold_ms <= 10_000, "pause_hold_ms must be in [0, 10000]")
         _check(1.0 <= self.max_window_s <= 30.0, "max_window_s must be in [1, 30]")
         _check(0.0 <= self.trim_after_s <= self.max_window_s, "trim_after_s must be in [0, max_window_s]")
         _check(0.0 <= self.trim_keep_s <= 10.0, "trim_keep_s must be in [0, 10]")

@@ -216,6 +216,11 @@ class CommitPolicy:
             logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
         placed = self._place(words, window_start, window_end, prefixed)
         if endpoint:
+            if speech_goes_on:
+                # A word reaching a forced endpoint is cut in two there ("what" heard as "why"):
+                # the next utterance, which starts before the endpoint, hears it whole.
+                while placed and placed[-1].end >= window_end - CUT_MARGIN_S:
+                    placed.pop()
             self._pending, self._seen = placed, [1] * len(placed)
             return self.close(window_end, speech_goes_on=speech_goes_on)
         cfg = self._config

@@ -37,7 +37,7 @@ from streamwhisper.events import Event, Final, SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest, Recognizer
 
 from .config import StreamingConfig
-from .policy import CommitPolicy, EncodeText
+from .policy import WINDOW_SLACK_S, CommitPolicy, EncodeText
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class Streamer:
         self._quiet_keep = SAMPLE_RATE * (cfg.vad.pre_roll_ms + cfg.vad.start_window_ms + 2 * cfg.vad.frame_ms) // 1000
         self._active = False  # an utterance is being recognised
         self._window_start = 0  # its first uncommitted sample (hop-aligned)
+        self._utterance_start = 0  # its first sample
         self._endpoint_at: int | None = None  # it ended here; its endpoint request is due
         self._next_start: int | None = None  # the next utterance began before that request
         self._next_end: int | None = None  # ... and ended before it, too
@@ -216,11 +217,7 @@ class Streamer:
         if self._inflight is not None or not self._active:
             return None
         endpoint = self._endpoint_at is not None
-        new_audio = self._ring.end - max(self._last_request_end, self._window_start)
-        step = self._step
-        if self._wordless >= self._config.wordless_after:
-            step = max(step, self._config.wordless_step_s)
-        if not endpoint and new_audio < step * SAMPLE_RATE:
+        if not endpoint and not self._due():
             return None
         self._catch_up()
         self._sync_mel()
@@ -247,6 +244,20 @@ class Streamer:
         if endpoint:
             self._end_utterance()
         return request
+
+    def _due(self) -> bool:
+        """Whether a regular (not endpoint) request is due: enough new audio since the last."""
+        cfg = self._config
+        if cfg.pause_hold_ms and self._detector.quiet_samples >= cfg.pause_hold_ms * SAMPLE_RATE // 1000:
+            return False  # a pause: the next request comes when speech resumes, or at the endpoint
+        new_audio = self._ring.end - max(self._last_request_end, self._window_start)
+        step = self._step
+        heard = (self._last_request_end - self._utterance_start) / SAMPLE_RATE
+        if heard > 0 and heard + step + WINDOW_SLACK_S < cfg.policy.min_commit_window_s:
+            step = max(step, cfg.early_step_s)  # the next hypothesis could only be a partial
+        if self._wordless >= cfg.wordless_after:
+            step = max(step, cfg.wordless_step_s)
+        return new_audio >= step * SAMPLE_RATE
 
     def complete(self, hypothesis: Hypothesis) -> list[Event]:
         """Hand back the hypothesis of the outstanding request; returns partials and finals."""
@@ -305,7 +316,7 @@ class Streamer:
     def _begin(self, start: int) -> None:
         self._active = True
         self._endpoint_at = self._next_start = self._next_end = None
-        self._window_start = self._last_request_end = start
+        self._window_start = self._last_request_end = self._utterance_start = start
         self._wordless = 0
         self._mel.reset(start)
 
