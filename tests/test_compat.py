@@ -215,7 +215,9 @@ def test_deepgram_sdk_finalize_keepalive_and_defaults(dg_server, jfk_audio) -> N
     before = finals_transcript(results[: results.index(finalized) + 1])
     assert "fellow americans" in before, before  # short phrases: tiny.en varies with the load
     after = finals_transcript(results[results.index(finalized) + 1 :])
-    assert "your country" in after and "americans" not in after, after
+    # the audio jumps from 2.4 s to 5.0 s: the word after the splice varies ("what your" was
+    # heard as "like you are" in 1 of 6 runs with the float32 encoder)
+    assert "country can do for you" in after and "americans" not in after, after
     assert not any(isinstance(m, sdk.SpeechStarted | sdk.UtteranceEnd) for m in messages), "not asked for"
     assert "," not in after and after == after.lower(), "no punctuation unless punctuate=true"
     assert isinstance(messages[-1], sdk.Metadata)
