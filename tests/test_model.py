@@ -196,6 +196,21 @@ def test_batched_encoder_equals_unbatched(tiny_model: Whisper, jfk_mel: np.ndarr
     torch.testing.assert_close(batch[1:2], alone[1], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("filled", [0, 7, 440, 1001, 2986])
+def test_encoder_skips_the_convolutions_over_padding(tiny_model: Whisper, jfk_mel: np.ndarray, filled: int) -> None:
+    """Frames from ``filled`` on hold one value per row (a streamed window's padding): the
+    encoder convolves only the frames before them, and gives the same features."""
+    mel = torch.from_numpy(np.stack([jfk_mel, jfk_mel[:, ::-1].copy()]))
+    mel[0, :, filled:] = -0.3
+    mel[1, :, filled // 2 :] = 0.2  # a shorter window in the same batch
+    with torch.inference_mode():
+        whole, skipped = tiny_model.encoder(mel), tiny_model.encoder(mel, filled)
+        stem, short = tiny_model.encoder._stem(mel, None), tiny_model.encoder._stem(mel, filled)
+    assert stem.shape == short.shape == (2, 384, 1500)
+    torch.testing.assert_close(short, stem, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(skipped, whole, atol=1e-5, rtol=1e-5)
+
+
 def test_batched_decode_equals_unbatched(tiny_model: Whisper, jfk_mel: np.ndarray, goforward_mel: np.ndarray) -> None:
     tokenizer = _tokenizer(tiny_model)
     features = _encode(tiny_model, np.stack([jfk_mel, goforward_mel]))

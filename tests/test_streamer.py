@@ -394,25 +394,30 @@ def test_wordless_hypotheses_space_out_the_requests(silent: int) -> None:
 @pytest.mark.parametrize("min_commit", [2.0, 3.0])
 def test_partial_only_requests_wait_for_the_early_step(min_commit: float) -> None:
     """Before an utterance can commit, only the hypothesis the first commit agrees with is
-    needed: after the first request, the others wait for early_step_s. Same finals, fewer
+    needed: after the first request the others wait for early_step_s, and a first step of
+    1.5 s makes the first request the one the first commit agrees with. Same finals, fewer
     requests."""
     audio, spoken = synth(60.0, seed=7, continuous=(10.0, 25.0))
-    windows: dict[float, list[float]] = {}
-    finals: dict[float, list[str]] = {}
-    for early in (0.5, 1.0):
-        config = StreamingConfig(early_step_s=early, policy=PolicyConfig(min_commit_window_s=min_commit))
+    windows: dict[str, list[float]] = {}
+    finals: dict[str, list[str]] = {}
+    variants = {"every step": (0.5, 0.5), "early step": (0.5, 1.0), "late first": (1.5, 1.0)}
+    for name, (first, early) in variants.items():
+        policy = PolicyConfig(min_commit_window_s=min_commit)
+        config = StreamingConfig(first_step_s=first, early_step_s=early, policy=policy)
         recognizer = ToneRecognizer()
         streamer = Streamer(config, vad=EnergyVad(), encode_text=recognizer.encode_text)
         events = feed_all(streamer, recognizer, audio, [1_600])
         check_stream(events, spoken)
-        finals[early] = [w.word for e in events if isinstance(e, Final) for w in e.words]
-        windows[early] = [r.mel.shape[1] / 100 for r in recognizer.requests]
-    assert finals[1.0] == finals[0.5]
-    assert len(windows[1.0]) < len(windows[0.5])
+        finals[name] = [w.word for e in events if isinstance(e, Final) for w in e.words]
+        windows[name] = [r.mel.shape[1] / 100 for r in recognizer.requests]
+    assert finals["early step"] == finals["every step"] == finals["late first"]
+    assert len(windows["late first"]) < len(windows["early step"]) < len(windows["every step"])
     # the first utterance: early steps until the next window can commit, then 0.5 s steps
-    steps = {early: [round(b - a, 1) for a, b in pairwise(w[:5])] for early, w in windows.items()}
-    assert steps[1.0] == ([1.0, 0.5, 0.5, 0.5] if min_commit == 2.0 else [1.0, 1.0, 0.5, 0.5])
-    assert steps[0.5] == [0.5, 0.5, 0.5, 0.5]
+    steps = {name: [round(b - a, 1) for a, b in pairwise(w[:5])] for name, w in windows.items()}
+    assert steps["early step"] == ([1.0, 0.5, 0.5, 0.5] if min_commit == 2.0 else [1.0, 1.0, 0.5, 0.5])
+    assert steps["every step"] == [0.5, 0.5, 0.5, 0.5]
+    # a late first request: a first window of 1.5 s (the pre-roll included), then 0.5 s steps
+    assert windows["late first"][0] == pytest.approx(1.5, abs=0.1) and set(steps["late first"][1:]) == {0.5}
 
 
 @pytest.mark.parametrize("hold_ms", [0, 150])

@@ -123,14 +123,16 @@ class WhisperRecognizer:
         for rows in (group[k : k + step] for group in groups for k in range(0, len(group), step)):
             width = frames[rows[0]]
             batch = np.zeros((len(rows), model.dims.n_mels, width), dtype=np.float32)
+            filled = 0  # frames from here on are each row's padding, one value per row
             for j, i in enumerate(rows):
                 mel = requests[i].mel
                 n = min(mel.shape[-1], width)
+                filled = max(filled, n)
                 if self.options.pad == "silence" and mel.size:
                     # normalised log-mel bottoms out at max - 2 ((max - 8 + 4) / 4): digital silence
                     batch[j] = mel.max() - 2.0
                 batch[j, :, :n] = mel[:, -n:] if mel.shape[-1] > width else mel[:, :n]
-            encoded = model.encoder(torch.from_numpy(batch).to(model.device, model.dtype))
+            encoded = model.encoder(torch.from_numpy(batch).to(model.device, model.dtype), filled)
             for j, i in enumerate(rows):
                 features[i] = encoded[j : j + 1]
         return features

@@ -222,19 +222,40 @@ class AudioEncoder(nn.Module):
         # under CPU autocast while the residual stream and LayerNorms stay float32.
         self.autocast_dtype: torch.dtype | None = None
 
-    def forward(self, mel: Tensor) -> Tensor:
+    def forward(self, mel: Tensor, filled: int | None = None) -> Tensor:
         """mel (B, n_mels, n_frames) -> audio features (B, n_frames // 2, n_state).
 
         n_frames may be below 3000 (a shorter audio context); positions are taken from the start.
+        ``filled``: every frame from this one on holds one value (a short window's padding), so
+        the convolutions need only run over the frames before it (see :meth:`_stem`).
         """
         if self.autocast_dtype is None:
-            return self._forward(mel)
+            return self._forward(mel, filled)
         with torch.autocast(mel.device.type, dtype=self.autocast_dtype):
-            return self._forward(mel).to(mel.dtype)
+            return self._forward(mel, filled).to(mel.dtype)
 
-    def _forward(self, mel: Tensor) -> Tensor:
-        x = F.gelu(self.conv1(mel))
-        x = F.gelu(self.conv2(x)).permute(0, 2, 1)  # (B, S, n_state)
+    def _convolve(self, mel: Tensor) -> Tensor:
+        return F.gelu(self.conv2(F.gelu(self.conv1(mel))))
+
+    def _stem(self, mel: Tensor, filled: int | None) -> Tensor:
+        """The convolutions, (B, n_mels, n) -> (B, n_state, n // 2).
+
+        Over a constant stretch of frames they give one vector, the same at each position but
+        next to its ends: run over the filled frames (and a margin), then over the last 8 frames
+        (which give that vector and the last position's), rather than over all of a streamed
+        window's 30 s (for 5 s of audio, 8 ms a request less on two cores).
+        """
+        n = mel.shape[-1]
+        if filled is None or n % 2 or filled + 6 + 8 > n:
+            return self._convolve(mel)
+        head = filled + 6 + filled % 2  # even; positions before head // 2 - 1 see no padding edge
+        start = self._convolve(mel[..., :head])[..., : head // 2 - 1]
+        end = self._convolve(mel[..., n - 8 :])  # 4 positions: [1] and [2] inner, [3] the last
+        inner = end[..., 1:2].expand(-1, -1, n // 2 - head // 2)
+        return torch.cat([start, inner, end[..., 3:]], dim=-1)
+
+    def _forward(self, mel: Tensor, filled: int | None = None) -> Tensor:
+        x = self._stem(mel, filled).permute(0, 2, 1)  # (B, S, n_state)
         pos: Tensor = self.positional_embedding  # type: ignore[assignment]
         if x.shape[1] > pos.shape[0]:
             raise ValueError(f"audio context {x.shape[1]} exceeds the model's {pos.shape[0]}")

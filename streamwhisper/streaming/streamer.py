@@ -253,7 +253,9 @@ class Streamer:
         new_audio = self._ring.end - max(self._last_request_end, self._window_start)
         step = self._step
         heard = (self._last_request_end - self._utterance_start) / SAMPLE_RATE
-        if heard > 0 and heard + step + WINDOW_SLACK_S < cfg.policy.min_commit_window_s:
+        if heard == 0:  # the utterance's first request (at 1.5 s, the one the first commit agrees with)
+            step = max(step, cfg.first_step_s)
+        elif heard + step + WINDOW_SLACK_S < cfg.policy.min_commit_window_s:
             step = max(step, cfg.early_step_s)  # the next hypothesis could only be a partial
         if self._wordless >= cfg.wordless_after:
             step = max(step, cfg.wordless_step_s)
