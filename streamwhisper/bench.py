@@ -179,6 +179,12 @@ def encoder_ms(model: Any, runs: int = 5) -> float:
     return round(float(np.median(times)), 1)
 
 
+def _rtf(runs: list[ClipRun]) -> float | None:
+    """Compute seconds per second of audio."""
+    seconds = sum(r.clip.seconds for r in runs)
+    return round(sum(r.compute_s for r in runs) / seconds, 4) if seconds else None
+
+
 def summarize(runs: list[ClipRun], aware: bool) -> dict[str, Any]:
     speech = [r for r in runs if r.clip.category != "nonspeech"]
     nonspeech = [r for r in runs if r.clip.category == "nonspeech"]
@@ -196,7 +202,7 @@ def summarize(runs: list[ClipRun], aware: bool) -> dict[str, Any]:
         "partial_latency_p50": _percentile(partial_lat, 50),
         "partial_latency_p95": _percentile(partial_lat, 95),
         "revision_rate": round(sum(r.revisions for r in speech) / max(1, sum(r.final_words for r in speech)), 4),
-        "rtf": round(sum(r.compute_s for r in runs) / audio_seconds, 4) if audio_seconds else None,
+        "rtf": _rtf(runs),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     if nonspeech:
@@ -204,6 +210,9 @@ def summarize(runs: list[ClipRun], aware: bool) -> dict[str, Any]:
         seconds = sum(r.clip.seconds for r in nonspeech)
         out["nonspeech_words"] = words
         out["nonspeech_words_per_10min"] = round(words * 600 / seconds, 3)
+        if speech:  # non-speech costs far fewer requests: "rtf" alone would flatter the speech
+            out["speech_rtf"] = _rtf(speech)
+            out["nonspeech_rtf"] = _rtf(nonspeech)
     for key in ("final_latency_p50", "final_latency_p95", "partial_latency_p50", "partial_latency_p95"):
         if out[key] is not None:
             out[key] = round(out[key], 3)
@@ -268,6 +277,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     summary["compute_type"] = config.model.compute_type
     summary["cpu"] = cpu_name()
     summary["encoder_ms"] = encoder_ms(model)
+    # what "default" (mixed) chose on this CPU, timed at load: the figures depend on it
+    summary["encoder_dtype"] = str(model.encoder.autocast_dtype or model.dtype).removeprefix("torch.")
     if args.json:
         print(json.dumps(summary))
     else:

@@ -102,6 +102,22 @@ def test_screen_drops_a_hypothesis_that_is_only_a_stock_phrase() -> None:
     assert screen(hyp(outro), PolicyConfig(stock_phrases=()))[1] == ""
 
 
+def test_a_short_sampled_hypothesis_is_dropped_unless_the_last_one_said_it() -> None:
+    thanks = [(" Thank", 0.0, 0.3), (" you.", 0.3, 0.6)]
+    cfg = PolicyConfig()
+    assert screen(hyp(thanks, temperature=0.4), cfg) == ((), "short_sample")
+    assert screen(hyp(thanks, temperature=0.0), cfg)[1] == ""  # said clearly, it is speech
+    longer = thanks + [(" for", 0.6, 0.8), (" coming.", 0.8, 1.2)]
+    assert screen(hyp(longer, temperature=0.4), cfg)[1] == ""
+    assert screen(hyp(thanks, temperature=0.4), PolicyConfig(sampled_min_words=0))[1] == ""
+    assert screen(hyp(thanks, temperature=0.4), cfg, lambda ws: True)[1] == ""
+    # in a stream: a sampled "Thank you." after silence gives nothing; after a clear one, it stays
+    p = CommitPolicy(PolicyConfig(), encode_text=fake_encode)
+    assert p.observe(hyp(thanks, temperature=0.4), 0.0, 2.0) == []
+    assert p.observe(hyp(thanks), 0.0, 2.5)[-1].text == "Thank you."
+    assert p.observe(hyp(thanks, temperature=0.4), 0.0, 3.0, endpoint=True)[-1].text == "Thank you."
+
+
 # --- CommitPolicy -----------------------------------------------------------------------------
 
 
@@ -488,9 +504,11 @@ def check_invariants(events: Sequence[Event]) -> None:
 # Trim the window at every commit, with the agreement mechanics alone: the scenarios written for
 # LocalAgreement at the commit point (the defaults keep committed words as a forced prefix).
 # pause_hold_ms=0: the scripts give a hypothesis in the endpoint hangover too
-TRIM_AT_COMMIT = StreamingConfig(min_step_s=1.0, trim_after_s=0.0, trim_keep_s=0.0, pause_hold_ms=0, policy=AGREEMENT)
+TRIM_AT_COMMIT = StreamingConfig(
+    min_step_s=1.0, first_step_s=1.0, trim_after_s=0.0, trim_keep_s=0.0, pause_hold_ms=0, policy=AGREEMENT
+)
 # The other settings at their defaults; every script gives one hypothesis per second of audio.
-DEFAULTS_1S = StreamingConfig(min_step_s=1.0)
+DEFAULTS_1S = StreamingConfig(min_step_s=1.0, first_step_s=1.0)
 
 HELLO = [
     (" Hello", 0.4, 0.8),

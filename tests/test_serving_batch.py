@@ -169,3 +169,22 @@ def test_a_request_decodes_the_same_whatever_its_batch(
     recognizer = WhisperRecognizer(default_model, RecognizerOptions(**FIT))
     assert recognizer._frames(short.mel.shape[-1], 3) < recognizer._frames(long.mel.shape[-1], 3)
     _assert_same(recognizer.recognize([long, short, long])[1:2], recognizer.recognize([short]))
+
+
+def test_a_fallback_sample_depends_on_its_window_alone(
+    default_model: Whisper, streamed: list[RecognitionRequest]
+) -> None:
+    """The sampled fallback of a window is the same whatever the recogniser served before it
+    (a shared generator made a music clip's captions depend on the clips before)."""
+    # every result goes to the fallback (its log-prob is below 0), sampled at temperature 1
+    options = RecognizerOptions(logprob_threshold=0.0, temperatures=(0.0, 1.0), beam_size=None)
+    windows = _windows_2_to_10_s(streamed)[:4]
+    fresh = [WhisperRecognizer(default_model, options).recognize([w])[0] for w in windows]
+    assert all(h.temperature == 1.0 for h in fresh), "the fallback ran"
+    greedy = WhisperRecognizer(default_model, replace(options, temperatures=(0.0,))).recognize(windows)
+    assert any(s.tokens != g.tokens for s, g in zip(fresh, greedy, strict=True)), "the samples are random"
+    served = WhisperRecognizer(default_model, options)
+    in_turn = [served.recognize([w])[0] for w in windows]
+    again = [served.recognize([w])[0] for w in windows[::-1]][::-1]
+    assert [h.tokens for h in in_turn] == [h.tokens for h in fresh]
+    assert [h.tokens for h in again] == [h.tokens for h in fresh]

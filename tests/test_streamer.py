@@ -211,11 +211,16 @@ def test_overload_never_grows_the_ring() -> None:
     assert request is not None and request.mel.shape[1] <= 3_000
 
 
+
+# An utterance's first request after 0.5 s of it (the default waits 1.5 s): the endpoint tests
+# below have utterances of about a second.
+EARLY_FIRST = StreamingConfig(first_step_s=0.5)
+
 def test_every_vad_endpoint_gets_its_endpoint_request() -> None:
     audio = np.zeros(6 * SR, dtype=np.float32)
     audio[int(0.5 * SR) : int(1.7 * SR)] = 0.3
     audio[int(2.4 * SR) : int(3.5 * SR)] = 0.3  # resumes 0.7 s later, after the VAD endpoint
-    streamer = Streamer(vad=EnergyVad())
+    streamer = Streamer(EARLY_FIRST, vad=EnergyVad())
     streamer.feed(audio[: int(1.6 * SR)])
     assert streamer.pending_request() is not None
     # Speech ends and restarts while that request is outstanding (or within one chunk).
@@ -239,7 +244,7 @@ def test_utterances_queued_behind_an_outstanding_request_stay_apart() -> None:
     audio[int(0.5 * SR) : int(1.7 * SR)] = 0.3
     audio[int(2.4 * SR) : int(2.8 * SR)] = 0.3
     audio[int(3.6 * SR) : int(3.9 * SR)] = 0.3
-    streamer = Streamer(vad=EnergyVad())
+    streamer = Streamer(EARLY_FIRST, vad=EnergyVad())
     streamer.feed(audio[: int(1.6 * SR)])
     assert streamer.pending_request() is not None
     # Three utterances end while the first request is outstanding: the first keeps its own
@@ -261,7 +266,7 @@ def test_utterances_queued_behind_an_outstanding_request_stay_apart() -> None:
 def test_finalize_forces_an_endpoint_and_speech_goes_on() -> None:
     audio = np.zeros(6 * SR, dtype=np.float32)
     audio[int(0.5 * SR) : int(4.0 * SR)] = 0.3
-    streamer = Streamer(vad=EnergyVad())
+    streamer = Streamer(EARLY_FIRST, vad=EnergyVad())
     streamer.feed(audio[: int(1.6 * SR)])
     assert streamer.pending_request() is not None
     streamer.feed(audio[int(1.6 * SR) : int(2.0 * SR)])
@@ -282,7 +287,7 @@ def test_finalize_forces_an_endpoint_and_speech_goes_on() -> None:
 
 
 def test_request_protocol() -> None:
-    streamer = Streamer(vad=EnergyVad(), encode_text=lambda text: [1, 2, 3])
+    streamer = Streamer(EARLY_FIRST, vad=EnergyVad(), encode_text=lambda text: [1, 2, 3])
     empty = Hypothesis("", (), (), -0.2, 0.01, 1.0, "en")
     with pytest.raises(RuntimeError):
         streamer.complete(empty)
@@ -383,7 +388,7 @@ def test_wordless_hypotheses_space_out_the_requests(silent: int) -> None:
     chunks = [audio[i : i + 1600] for i in range(0, audio.shape[0], 1600)]
     run_sync(Streamer(config, vad=EnergyVad()), recognizer, chunks, flush=False)
     steps = [round(b - a, 1) for a, b in pairwise(recognizer.ends)]
-    assert steps[:3] == [1.0, 0.5, 0.5]  # four wordless hypotheses (the early step, then 0.5)...
+    assert steps[:3] == [0.5, 0.5, 0.5]  # four wordless hypotheses (at 1.5 s, then every 0.5)...
     if silent == 100:
         assert set(steps[3:]) == {2.0} and len(steps) >= 9  # ...then every 2 s
     else:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from streamwhisper.audio.files import load_audio
-from streamwhisper.bench import replay
+from streamwhisper.bench import ClipRun, replay, summarize
 from streamwhisper.cli import main
 from streamwhisper.evaluation import Clip, normalize, read_manifest, word_error_rate
 from streamwhisper.events import Final, Partial
@@ -120,4 +121,18 @@ def test_bench_command_prints_the_figures(capsys: pytest.CaptureFixture[str], sh
     assert 0 <= summary["wer"] <= 0.2  # against the offline transcript of the same model
     # the machine the figures were measured on, and how fast it encodes a 30 s window
     assert summary["cpu"] and summary["encoder_ms"] > 0
+    assert summary["encoder_dtype"] in ("float32", "bfloat16")
     assert summary["final_latency_p50"] is not None and summary["final_latency_p50"] >= 0
+
+
+def test_bench_summary_splits_the_real_time_factor_of_speech_and_non_speech() -> None:
+    def run(category: str, seconds: float, compute_s: float) -> ClipRun:
+        clip = Clip(f"{category}_{seconds}", Path(f"{category}.wav"), seconds, "", "", category, "en")
+        return ClipRun(clip, compute_s=compute_s)
+
+    runs = [run("longform", 100.0, 45.0), run("nonspeech", 100.0, 10.0), run("read_en", 10.0, 4.0)]
+    summary = summarize(runs, aware=True)
+    assert summary["rtf"] == pytest.approx(59.0 / 210.0, abs=1e-4)
+    assert summary["speech_rtf"] == pytest.approx(49.0 / 110.0, abs=1e-4)
+    assert summary["nonspeech_rtf"] == pytest.approx(0.1)
+    assert "speech_rtf" not in summarize(runs[:1], aware=True)

@@ -65,23 +65,22 @@ def bfloat16_pays_off() -> bool:
     The CPU flag alone does not decide: an Intel Xeon here reports AVX-512 BF16 without AMX
     and runs bfloat16 GEMMs at half its float32 speed (165 against 310 GFLOP/s; the tiny.en
     encoder 280 ms a 30 s window instead of 155), where an AMD EPYC (Zen 4) runs them twice as
-    fast. An encoder-sized GEMM in each type, best of five after a warm-up (about 50 ms).
+    fast. An encoder-sized GEMM in each type, best of five after a warm-up (about 80 ms).
     """
     if not cpu_has("avx512_bf16", "amx_bf16"):
         return False
-
-    def seconds(dtype: torch.dtype) -> float:
-        x, w = torch.randn(1500, 384, dtype=dtype), torch.randn(1536, 384, dtype=dtype)
-        times = []
-        with torch.inference_mode():
-            for i in range(7):
+    dtypes = (torch.float32, torch.bfloat16)
+    operands = {dtype: (torch.randn(1500, 384, dtype=dtype), torch.randn(1536, 384, dtype=dtype)) for dtype in dtypes}
+    times: dict[torch.dtype, list[float]] = {dtype: [] for dtype in dtypes}
+    with torch.inference_mode():
+        # the two types in turn, so that a burst of load from other processes slows both
+        for i in range(7):
+            for dtype, (x, w) in operands.items():
                 t0 = time.perf_counter()
                 torch.matmul(x, w.T)
                 if i >= 2:
-                    times.append(time.perf_counter() - t0)
-        return min(times)
-
-    fp32, bf16 = seconds(torch.float32), seconds(torch.bfloat16)
+                    times[dtype].append(time.perf_counter() - t0)
+    fp32, bf16 = (min(times[dtype]) for dtype in dtypes)
     log.debug("GEMM 1500x384x1536: float32 %.2f ms, bfloat16 %.2f ms", fp32 * 1e3, bf16 * 1e3)
     return bf16 < 0.8 * fp32
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 import numpy as np
@@ -71,8 +73,9 @@ class WhisperRecognizer:
         self.model = model
         self.options = options or RecognizerOptions()
         self._tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
-        # fallback sampling is seeded: the same audio gives the same captions
-        self._generator = torch.Generator(device=model.device).manual_seed(0)
+        # fallback sampling is seeded from each request (see _seed): the same audio gives the
+        # same captions, whatever the recogniser served before
+        self._generator = torch.Generator(device=model.device)
 
     def encode_text(self, text: str) -> list[int]:
         return self._tokenizer.encode(text)
@@ -108,7 +111,7 @@ class WhisperRecognizer:
         hypotheses = []
         for request, f, window, base, first in zip(requests, features, windows, bases, firsts, strict=True):
             cache = window_cache(model, window)
-            result = self._decode_with_fallback(base, f, cache, first)
+            result = self._decode_with_fallback(base, f, cache, first, seed=partial(_seed, request))
             hypotheses.append(self._finish(request, cache, result, base.sample_len or self.model.dims.n_text_ctx // 2))
         return hypotheses
 
@@ -151,19 +154,28 @@ class WhisperRecognizer:
         )
 
     def _decode_with_fallback(
-        self, base: DecodeOptions, features: torch.Tensor, cache: KVCache, first: DecodingResult | None = None
+        self,
+        base: DecodeOptions,
+        features: torch.Tensor,
+        cache: KVCache,
+        first: DecodingResult | None = None,
+        seed: Callable[[], int] = lambda: 0,
     ) -> DecodingResult:
         """Decode at each temperature in turn until the result passes the guards.
 
-        ``first``: the result at the first temperature, when already decoded (batched).
+        ``first``: the result at the first temperature, when already decoded (batched);
+        ``seed()``: the sampling generator's seed for the window's first sampled attempt.
         """
         opts = self.options
-        result = None
+        result, seeded = None, False
         for k, temperature in enumerate(opts.temperatures):
             if k == 0 and first is not None:
                 result = first
             else:
                 options = with_temperature(base, temperature)
+                if temperature > 0 and not seeded:
+                    self._generator.manual_seed(seed())
+                    seeded = True
                 result = decode(self.model, self._tokenizer, features, options, cache, self._generator)[0]
             retry = result.compression_ratio > opts.compression_ratio_threshold or (
                 result.avg_logprob < opts.logprob_threshold and result.no_speech_prob <= opts.no_speech_threshold
@@ -213,6 +225,14 @@ class WhisperRecognizer:
             language=result.language,
             temperature=result.temperature,
         )
+
+
+def _seed(request: RecognitionRequest) -> int:
+    """A sampling seed drawn from what the request holds (its audio and text context), so a
+    fallback's sample depends on the window alone, not on the windows served before it (nor on
+    the other sessions' windows in the same batch)."""
+    crc = zlib.crc32(np.ascontiguousarray(request.mel, dtype=np.float32).tobytes())
+    return zlib.crc32(np.asarray(request.prompt + request.prefix, dtype=np.int64).tobytes(), crc)
 
 
 def _token_probabilities(result: DecodingResult, eot: int, n_text: int) -> list[float] | None:

@@ -71,6 +71,11 @@ class PolicyConfig:
         "like and subscribe",
         "subtitles by the amara org community",
     )
+    # A hypothesis sampled at a fallback temperature (its window decoded too unlikely at
+    # temperature 0: music, noise, mumbling) with fewer words than this is dropped unless the
+    # previous hypothesis said them: a short sampled phrase is Whisper's prior ("Thank you."
+    # on music), not the audio. 0 disables.
+    sampled_min_words: int = 4
     # An n-gram (n <= loop_max_ngram) repeated loop_min_repeats times in a row is a decoding loop
     # (unigrams need one more repeat: "no no no" is speech); the hypothesis is cut after its
     # first occurrence.
@@ -125,6 +130,7 @@ class PolicyConfig:
         _check(self.loop_max_ngram >= 1, "policy.loop_max_ngram must be >= 1")
         _check(self.loop_min_repeats >= 2, "policy.loop_min_repeats must be >= 2")
         _check(self.loop_long_ngram == 0 or self.loop_long_ngram >= 2, "policy.loop_long_ngram must be 0 or >= 2")
+        _check(self.sampled_min_words >= 0, "policy.sampled_min_words must be >= 0")
         _check(self.dedupe_max_ngram >= 0, "policy.dedupe_max_ngram must be >= 0")
         _check(self.dedupe_window_s >= 0, "policy.dedupe_window_s must be >= 0")
         _check(self.commit_margin_s >= 0 and self.sure_margin_s >= 0, "policy commit margins must be >= 0")
@@ -160,11 +166,10 @@ class StreamingConfig:
     # 2.0 s). The commits are the same; read_en: 9 % fewer requests, partial p50 +0.04 s.
     early_step_s: float = 1.0
     # An utterance's first request waits for first_step_s of its audio (with the VAD's
-    # pre-roll). 1.5 s makes it the hypothesis the first commit agrees with and drops the
-    # guess of a 0.5 s window: read_en 649 -> 580 requests, the same finals and WER, partials
-    # p50 +0.04 s; but a 1.5 s window of music gave "Thank you." in 1 of 3 aware runs of the
-    # non-speech clips (0.5 s: none), so 0.5 stays the default.
-    first_step_s: float = 0.5
+    # pre-roll): 1.5 s makes it the hypothesis the first commit agrees with and drops the guess
+    # of a 0.5 s window (windows of 1.5, 2.0, 2.5 s ...): read_en 649 -> 580 requests, the same
+    # finals and WER, partials p50 +0.04 s.
+    first_step_s: float = 1.5
     # While the VAD hears a pause of pause_hold_ms or more inside an utterance, no request is
     # made: the next comes when speech resumes (its new audio is due at once) or at the
     # endpoint, which finalises the words before the pause anyway. 0 disables. read_en: 3 %

@@ -112,7 +112,8 @@ def screen(
     repeated n-gram loop is cut after its first occurrence. Punctuation-only words are dropped.
     ``vouched(words)``: whether the previous hypothesis already said these words; doubted words
     (a low mean probability) are kept when it did: a short window padded to 30 s lowers the
-    model's confidence, not the words' truth.
+    model's confidence, not the words' truth; so are the few words of a hypothesis sampled at a
+    fallback temperature.
     """
     if hypothesis.no_speech_prob > config.no_speech_threshold and hypothesis.avg_logprob < config.no_speech_logprob:
         return (), "no_speech"
@@ -133,6 +134,9 @@ def screen(
         return (), "non_lexical"
     if " ".join(normalize_word(w.word) for w in words) in config.stock_phrases:
         return (), "stock_phrase"
+    sampled_short = hypothesis.temperature > 0 and 0 < len(words) < config.sampled_min_words
+    if sampled_short and (vouched is None or not vouched(words)):
+        return (), "short_sample"
     if cut is not None:
         return words[:cut], "loop"
     if hypothesis.compression_ratio > config.compression_ratio_threshold:
