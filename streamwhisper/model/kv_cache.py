@@ -72,6 +72,8 @@ class KVCache:
 
     def reorder(self, rows: Tensor) -> None:
         """Keep/duplicate batch rows (beam search): row i becomes old row ``rows[i]``."""
+        if torch.equal(rows, torch.arange(len(rows), device=rows.device)):
+            return  # every beam extends itself (about one step in eight)
         n = self.length
         for layer in range(len(self.self_k)):
             self.self_k[layer][:, :, :n] = self.self_k[layer][rows, :, :n]
