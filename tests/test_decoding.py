@@ -8,6 +8,7 @@ hand-made logits with the real English tokenizer.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from streamwhisper.model.decoding import (
     decode,
     initial_tokens,
     rank_by_likelihood,
+    row_topk,
     suppress_token_ids,
     with_temperature,
 )
@@ -104,6 +106,31 @@ def test_token_logprobs_are_the_model_s_for_the_chosen_tokens(
     assert result.token_logprobs == pytest.approx(forced, abs=1e-3)
     # avg_logprob also counts the end-of-text token, whose log-prob is <= 0
     assert sum(result.token_logprobs) >= result.avg_logprob * (len(result.tokens) + 1) - 1e-4
+
+
+@pytest.mark.parametrize("beam_size", [None, 5], ids=["greedy", "beam"])
+def test_alignment_scores_are_the_chosen_tokens_own(
+    tiny_model: Whisper, english: Tokenizer, tiny_features: torch.Tensor, beam_size: int | None
+) -> None:
+    """The scores kept while decoding (the chosen beam's, step by step) equal those of one pass
+    over the prompt, sot sequence, prefix and chosen tokens."""
+    options = DecodeOptions(
+        without_timestamps=True, beam_size=beam_size, prompt=" Ladies and gentlemen.", prefix=" And so",
+        alignment_scores=True,
+    )
+    result = decode(tiny_model, english, tiny_features, options)[0]
+    assert result.alignment_scores is not None and len(result.tokens) > 10
+    start = initial_tokens(english, options, tiny_model.dims.n_text_ctx, 224)
+    sequence = [*start, *result.tokens]
+    with torch.inference_mode():
+        _, qks = tiny_model.decoder(torch.tensor([sequence]), tiny_model.new_cache(tiny_features), want_qk=True)
+    heads = tiny_model.alignment_heads.nonzero().tolist()
+    expected = torch.stack([qks[layer][0, head] for layer, head in heads])[:, start.index(english.sot) :]
+    assert result.alignment_scores.shape == expected.shape  # sot .. the last text token
+    torch.testing.assert_close(result.alignment_scores, expected, atol=2e-3, rtol=1e-3)
+    # cut at sample_len, the last token was never fed back: no scores
+    cut = decode(tiny_model, english, tiny_features, replace(options, sample_len=3))[0]
+    assert len(cut.tokens) == 3 and cut.alignment_scores is None
 
 
 @pytest.mark.parametrize("timestamps", [False, True], ids=["text", "timestamps"])
@@ -374,6 +401,20 @@ def test_greedy_decoder_keeps_finished_rows_finished() -> None:
     assert done
     assert sums[0] == 0.0  # a finished row gains no log-probability
     assert sums[1] == pytest.approx(torch.log_softmax(logits[1], -1)[eot].item())
+
+
+@pytest.mark.parametrize("width", [51864, 51865, 1000])
+def test_row_topk_equals_topk(width: int) -> None:
+    generator = torch.Generator().manual_seed(width)
+    x = torch.randn(5, width, generator=generator) * 4
+    x[:, ::7] = -torch.inf  # suppressed tokens
+    x[0, 1234 % width] = x[0, 4321 % width] = 50.0  # two best in one row, maybe in one block
+    x[1, -3:] = 60.0  # the best in the padded last block
+    values, ids = row_topk(x, 6)
+    expected = x.topk(6, dim=-1)
+    assert torch.equal(values, expected.values)
+    assert torch.equal(x.gather(1, ids), expected.values)  # the same values (ties may swap ids)
+    assert ids[1, :3].sort().values.tolist() == [width - 3, width - 2, width - 1]
 
 
 def test_rank_by_likelihood() -> None:

@@ -1,11 +1,16 @@
-"""Word-timing helpers: the vectorised DTW against the reference recurrence, cell by cell."""
+"""Word-timing helpers: the vectorised DTW against the reference recurrence, cell by cell; the
+median filter's sorting network against sorting."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
-from streamwhisper.model.timing import dtw
+from streamwhisper.model.timing import SORT7, dtw, median_filter
 
 
 def reference_dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,3 +62,23 @@ def test_dtw_path_is_monotonic_and_complete() -> None:
     assert (rows[0], cols[0]) == (0, 0) and (rows[-1], cols[-1]) == (11, 79)
     steps = np.stack([np.diff(rows), np.diff(cols)], axis=1)
     assert {tuple(s) for s in steps} <= {(1, 1), (1, 0), (0, 1)}
+
+
+def test_sort7_network_sorts_every_input() -> None:
+    """By the 0-1 principle, a comparator network that sorts every 0/1 input sorts everything."""
+    for bits in itertools.product((0, 1), repeat=7):
+        values = list(bits)
+        for layer in SORT7:
+            for a, b in layer:
+                values[a], values[b] = min(values[a], values[b]), max(values[a], values[b])
+        assert values == sorted(bits), bits
+
+
+@pytest.mark.parametrize("width", [7, 5])
+def test_median_filter_equals_the_median_of_each_sorted_window(width: int) -> None:
+    x = torch.randn(3, 11, 40, generator=torch.Generator().manual_seed(width))
+    x[0, 0, :10] = 0.5  # ties
+    pad = width // 2
+    windows = F.pad(x[None], (pad, pad, 0, 0), mode="reflect")[0].unfold(-1, width, 1)
+    assert torch.equal(median_filter(x, width), windows.sort(dim=-1).values[..., pad])
+    assert torch.equal(median_filter(x[..., :2], width), x[..., :2])  # too short to filter

@@ -27,6 +27,7 @@ from torch import Tensor
 from .decoding import (
     DecodeOptions,
     DecodingResult,
+    alignment_head_map,
     compression_ratio,
     detect_language,
     initial_tokens,
@@ -143,10 +144,19 @@ def decode_greedy_batch(
     # room for the laid-out first tokens and the longest step budget (positions are explicit, so
     # the cache may be longer than n_ctx)
     cache = batch_cache(model, windows, width + max(sample_lens))
-    logits, _ = model.decoder(
+    # the alignment heads' scores of each row from its sot on (see DecodeOptions.alignment_scores)
+    heads = alignment_head_map(model) if any(o.alignment_scores for o in options) else None
+    logits, qks = model.decoder(
         tokens.to(device), cache, positions=positions.to(device), mask=mask[:, None].to(device),
-        select=torch.tensor([sot_col, width - 1]), row_logits=True,
+        select=torch.tensor([sot_col, width - 1]), row_logits=True, heads=heads,
     )
+    first_scores: list[Tensor] = []
+    fed_scores: list[list[Tensor]] = [[] for _ in range(n_rows)]  # per fed-back token: (heads, S)
+    if heads:
+        scores = torch.cat(qks, dim=1)
+        for r, (first, sot) in enumerate(zip(firsts, sots, strict=True)):
+            cols = torch.tensor([sot_col, *range(width - (len(first) - sot - 1), width)])
+            first_scores.append(scores[r, :, cols, : windows[r][0][0].shape[2]])
     no_speech = logits[:, 0].softmax(dim=-1)[:, tokenizer.no_speech].tolist()
     logits = logits[:, 1]
     # Budgets as decode() applies them: sample_len tokens, and the context (the first tokens
@@ -169,8 +179,15 @@ def decode_greedy_batch(
             real = torch.cat([real, torch.ones(len(real), 1, dtype=torch.bool)], dim=1)
             step_mask = real[:, None, None, :].to(device)
             pos = next_pos.clamp(max=n_ctx - 1)[:, None].to(device)  # finished rows may run past n_ctx
-            logits, _ = model.decoder(last[:, None].to(device), cache, positions=pos, mask=step_mask, row_logits=True)
+            logits, qks = model.decoder(
+                last[:, None].to(device), cache, positions=pos, mask=step_mask, row_logits=True, heads=heads
+            )
             logits = logits[:, -1]
+            if heads:
+                scores = torch.cat(qks, dim=1)
+                for j in alive.nonzero().flatten().tolist():  # the rows whose text token was fed back
+                    r = int(batch[j])
+                    fed_scores[r].append(scores[j, :, 0, : windows[r][0][0].shape[2]])
             next_pos += 1
         if blank and step == 0:
             logits[:, blank] = -torch.inf
@@ -192,6 +209,9 @@ def decode_greedy_batch(
     for r in range(n_rows):
         chosen = out[r][:-1] if out[r][-1:] == [eot] else out[r]
         text = tokenizers[r].decode(chosen).strip()
+        alignment = None
+        if heads and options[r].alignment_scores and len(fed_scores[r]) == len(chosen):
+            alignment = torch.cat([first_scores[r], *(f[:, None] for f in fed_scores[r])], dim=1)
         results.append(
             DecodingResult(
                 tokens=chosen,
@@ -203,6 +223,7 @@ def decode_greedy_batch(
                 compression_ratio=compression_ratio(text),
                 language_probs=language_probs[r],
                 token_logprobs=out_logprobs[r][: len(chosen)],
+                alignment_scores=alignment,
             )
         )
     return results

