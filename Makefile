@@ -4,10 +4,11 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
+# the evaluation set beside the repository: only the benchmark targets read it
 SHARED ?= ../shared/data
-SAMPLE ?= $(SHARED)/eval/wav/read_en/en_jfk.wav
+SAMPLE ?= tests/data/audio/en_jfk.flac
 
-.PHONY: setup setup-test run test test-fast lint bench-streaming bench-offline bench-env clean
+.PHONY: setup setup-test system-packages run test test-fast test-avx2 lint bench-streaming bench-offline bench-env clean
 
 $(VENV)/.setup: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,14 +25,24 @@ setup: $(VENV)/.setup
 
 setup-test: $(VENV)/.setup-test
 
+# libportaudio2 and chromium: installed with apt-get as root, else one line naming the command
+system-packages:
+	@sh tools/system_packages.sh $(PYTHON)
+
 run: setup
 	$(VENV)/bin/streamwhisper transcribe $(SAMPLE)
 
-test: setup-test
+test: system-packages setup-test
 	$(PY) -m pytest -q
 
-test-fast: setup-test
+test-fast: system-packages setup-test
 	$(PY) -m pytest -q -m "not slow"
+
+# The whole suite on the AVX2 code paths (torch, MKL, oneDNN and fbgemm's int8 kernels), as an
+# AVX2-only CPU takes them, on a CPU that has AVX-512 too
+AVX2_ONLY := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2
+test-avx2: system-packages setup-test
+	$(AVX2_ONLY) $(PY) -m pytest -q
 
 lint: setup-test
 	$(PIP) install --quiet ruff mypy

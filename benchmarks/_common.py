@@ -29,8 +29,8 @@ if str(REPO) not in sys.path:  # measure the working tree's streamwhisper, insta
 
 
 def shared_data_dir() -> Path:
-    """The shared data folder: $STREAMWHISPER_SHARED, else ../shared/data beside the repository."""
-    env = os.environ.get("STREAMWHISPER_SHARED")
+    """The evaluation data folder: $STREAMWHISPER_SHARED_DATA, else ../shared/data beside the repository."""
+    env = os.environ.get("STREAMWHISPER_SHARED_DATA")
     return Path(env) if env else REPO.parent / "shared" / "data"
 
 

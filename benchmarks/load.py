@@ -30,11 +30,12 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import shared_data_dir  # noqa: E402
 from streamwhisper.audio.files import load_audio  # noqa: E402
 from streamwhisper.client import StreamClient  # noqa: E402
 from streamwhisper.evaluation import read_manifest, word_error_rate  # noqa: E402
 
-MANIFEST = ROOT.parent / "shared" / "data" / "eval" / "manifest.tsv"
+MANIFEST = shared_data_dir() / "eval" / "manifest.tsv"
 
 
 def start_server(extra: list[str]) -> tuple[subprocess.Popen[str], str]:

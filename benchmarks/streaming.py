@@ -15,11 +15,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import shared_data_dir  # noqa: E402
 from streamwhisper.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    manifest = str(ROOT.parent / "shared" / "data" / "eval" / "manifest.tsv")
+    manifest = str(shared_data_dir() / "eval" / "manifest.tsv")
     if "--manifest" not in args and not any(a.endswith((".wav", ".flac", ".mp3")) for a in args):
         args = ["--manifest", manifest, *args]
     if "--category" not in args and "--manifest" in args:

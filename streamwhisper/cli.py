@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .config import Config, load_config
-from .errors import StreamWhisperError
+from .errors import AudioDeviceError, StreamWhisperError
 
 log = logging.getLogger("streamwhisper")
 
@@ -191,12 +191,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_listen(args: argparse.Namespace) -> int:
     from .model.serving import WhisperRecognizer
     from .runtime.listen import ListenOptions, run_listen
-    from .runtime.mic import format_devices, list_input_devices, parse_device
+    from .runtime.mic import NO_INPUT_DEVICES, format_devices, list_input_devices, parse_device
     from .runtime.server import warm_up
     from .runtime.wire import normalize_language
 
     if args.list_devices:
-        sys.stdout.write(format_devices(list_input_devices()))
+        devices = list_input_devices()
+        if not devices:
+            raise AudioDeviceError(NO_INPUT_DEVICES)
+        sys.stdout.write(format_devices(devices))
         return 0
     config = resolve_config(args)
     options = ListenOptions(

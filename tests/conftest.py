@@ -1,76 +1,58 @@
-"""Shared fixtures: the tiny.en model, the jfk clip, the shared data folder and reference values."""
+"""Shared fixtures: the tiny.en model, the clips and reference values in tests/data, and the CI skip rule.
+
+Everything the tests read lives in this repository: ``tests/data`` holds the clips (FLAC, with
+their sources and licenses in its README) and the reference implementation's values. Under
+``CI=true`` a skipped test fails the run unless its reason starts with one of ``ALLOWED_SKIPS``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from streamwhisper.evaluation import Clip, read_manifest
 from streamwhisper.model.loading import configure_threads
 
 configure_threads()  # as the CLI does: numpy's BLAS single-threaded, the cores to torch
 
-JFK_RELATIVE = Path("eval") / "wav" / "read_en" / "en_jfk.wav"
-REFERENCE_RELATIVE = Path("reference") / "whisper_reference.json"
+TEST_DATA = Path(__file__).resolve().parent / "data"
+MANIFEST = TEST_DATA / "manifest.tsv"
+REFERENCE = TEST_DATA / "reference"
+
+#: The only reasons a test may skip in CI: paths that this machine's hardware does not take.
+ALLOWED_SKIPS = (
+    "needs CUDA",  # the CUDA path, on machines without a GPU
+    "CUDA is available here",  # the error for a missing GPU, on machines with one
+)
 
 
-def shared_data_dir() -> Path:
-    """The shared data folder: $STREAMWHISPER_SHARED_DATA, else <workspace>/shared/data."""
-    override = os.environ.get("STREAMWHISPER_SHARED_DATA")
-    if override:
-        return Path(override).expanduser()
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def read_wav_float32(path: Path) -> tuple[np.ndarray, int]:
-    """(mono float32 samples in [-1, 1), sample rate) of a PCM WAV file, via the ``wave`` module."""
-    with wave.open(str(path), "rb") as w:
-        channels, width, rate = w.getnchannels(), w.getsampwidth(), w.getframerate()
-        raw = w.readframes(w.getnframes())
-    if width == 2:
-        samples = np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
-    elif width == 4:
-        samples = np.frombuffer(raw, dtype="<i4").astype(np.float32) / 2147483648.0
-    elif width == 1:
-        samples = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
-    else:
-        raise ValueError(f"{path}: unsupported sample width {width}")
-    if channels > 1:
-        samples = samples.reshape(-1, channels).mean(axis=1)
-    return np.ascontiguousarray(samples, dtype=np.float32), rate
+def load_clips() -> dict[str, Clip]:
+    """The clips of tests/data by id."""
+    return {c.id: c for c in read_manifest(MANIFEST)}
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """Path to the shared data folder; skips the test when it is not there."""
-    path = shared_data_dir()
-    if not path.is_dir():
-        pytest.skip(f"shared data folder not found: {path} (set STREAMWHISPER_SHARED_DATA)")
-    return path
+def clips() -> dict[str, Clip]:
+    """The clips of tests/data by id (test modules may narrow it down under the same name)."""
+    return load_clips()
 
 
 @pytest.fixture(scope="session")
-def jfk_audio(shared_data: Path) -> np.ndarray:
+def jfk_audio() -> np.ndarray:
     """The 11 s jfk clip as 16 kHz mono float32."""
-    path = shared_data / JFK_RELATIVE
-    if not path.is_file():
-        pytest.skip(f"missing {path}")
-    samples, rate = read_wav_float32(path)
-    assert rate == 16000, f"{path}: expected 16 kHz, got {rate}"
-    return samples
+    from streamwhisper.audio.files import load_audio
+
+    return load_audio(load_clips()["en_jfk"].wav)
 
 
 @pytest.fixture(scope="session")
-def reference(shared_data: Path) -> dict:
+def reference() -> dict:
     """Reference values computed with the reference Whisper implementation."""
-    path = shared_data / REFERENCE_RELATIVE
-    if not path.is_file():
-        pytest.skip(f"missing {path}")
-    return json.loads(path.read_text())
+    return json.loads((REFERENCE / "whisper_reference.json").read_text())
 
 
 @pytest.fixture(scope="session")
@@ -83,14 +65,10 @@ def tiny_model():
 
 @pytest.fixture(scope="session")
 def base_model():  # type: ignore[no-untyped-def]
-    """base (multilingual) in float32, loaded once per test session; skips if not installed."""
-    from streamwhisper.errors import ModelLoadError
+    """base (multilingual) in float32, loaded once per test session (the test extra installs it)."""
     from streamwhisper.model.loading import load_model
 
-    try:
-        return load_model("base", compute_type="float32")
-    except ModelLoadError as exc:
-        pytest.skip(f"base not installed: {exc}")
+    return load_model("base", compute_type="float32")
 
 
 @pytest.fixture(scope="session")
@@ -99,3 +77,45 @@ def serving_model():  # type: ignore[no-untyped-def]
     from streamwhisper.model.loading import load_model
 
     return load_model("tiny.en")
+
+
+# ---------------------------------------------------------------- CI: no silent skips
+
+_unexpected_skips: list[str] = []
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    if not reason.startswith(ALLOWED_SKIPS):
+        _unexpected_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    if _unexpected_skips and _in_ci():
+        terminalreporter.section("skips not on the allow-list (tests/conftest.py ALLOWED_SKIPS) fail under CI")
+        for line in _unexpected_skips:
+            terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _unexpected_skips and _in_ci() and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def generated_nonspeech(seconds: float = 30.0) -> dict[str, np.ndarray]:
+    """Synthetic non-speech (as the evaluation set's generated clips): digital silence and white noise at -30 dBFS."""
+    n = int(seconds * 16_000)
+    noise = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    return {
+        "gen_digital_silence": np.zeros(n, dtype=np.float32),
+        "gen_white_noise_-30dBFS": noise * np.float32(10 ** (-30 / 20) / np.sqrt(np.mean(noise**2))),
+    }

@@ -25,7 +25,6 @@ from streamwhisper.audio.files import iter_audio_chunks, load_audio
 from streamwhisper.audio.mel import SAMPLE_RATE
 from streamwhisper.errors import AudioFormatError, ConfigError
 
-JFK = Path("/work/shared/data/eval/wav/read_en/en_jfk.wav")
 CLIP_SECONDS = 4.0
 
 # (file name, encoder, encoder sample rate); opus encodes at 48 kHz, the rest at 44.1 kHz or 16 kHz
@@ -41,17 +40,6 @@ FORMATS = [
     ("clip.webm", "libopus", 48_000),
 ]
 LOSSLESS = {"clip.wav", "clip.flac"}
-
-
-def _source_clip() -> np.ndarray:
-    """Four seconds of real speech (16 kHz mono), or a 1 kHz tone if the clip is missing."""
-    if JFK.exists():
-        with wave.open(str(JFK), "rb") as w:
-            assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, SAMPLE_RATE)
-            raw = w.readframes(int(CLIP_SECONDS * SAMPLE_RATE))
-        return np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
-    t = np.arange(int(CLIP_SECONDS * SAMPLE_RATE)) / SAMPLE_RATE
-    return (0.3 * np.sin(2 * np.pi * 1000.0 * t)).astype(np.float32)
 
 
 def _encode(path: Path, signal: np.ndarray, rate: int, codec: str) -> None:
@@ -80,8 +68,9 @@ def _encodable(codec: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def source() -> np.ndarray:
-    return _source_clip()
+def source(jfk_audio: np.ndarray) -> np.ndarray:
+    """Four seconds of real speech (16 kHz mono)."""
+    return jfk_audio[: int(CLIP_SECONDS * SAMPLE_RATE)]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from streamwhisper import cli
-from streamwhisper.evaluation import normalize
+from streamwhisper.evaluation import Clip, normalize
 
 # torch.ao.quantization warns that it is deprecated when the default compute type (int8_logits) is
 # loaded; see test_model.py::test_default_compute_type_loads_with_warnings_as_errors.
@@ -53,11 +53,8 @@ def loads(monkeypatch: pytest.MonkeyPatch, model_cache: dict) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def jfk_path(shared_data: Path) -> Path:
-    path = shared_data / "eval" / "wav" / "read_en" / "en_jfk.wav"
-    if not path.is_file():
-        pytest.skip(f"missing {path}")
-    return path
+def jfk_path(clips: dict[str, Clip]) -> Path:
+    return clips["en_jfk"].wav
 
 
 def assert_one_error_line(err: str, *fragments: str) -> str:

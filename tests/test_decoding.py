@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import REFERENCE
 
 from streamwhisper.audio.files import load_audio
 from streamwhisper.errors import ConfigError
-from streamwhisper.evaluation import normalize, word_error_rate
+from streamwhisper.evaluation import Clip, normalize, word_error_rate
 from streamwhisper.model.decoding import (
     ApplyTimestampRules,
     DecodeOptions,
@@ -39,7 +39,6 @@ from streamwhisper.model.whisper import Whisper
 JFK_REFERENCE = (
     "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 )
-MULTILINGUAL = Path("eval") / "wav" / "multilingual"
 DETECT_CLIPS = ["ml_de_picovoice", "ml_es_picovoice", "ml_ja_picovoice", "ml_it_picovoice"]
 
 
@@ -47,11 +46,8 @@ DETECT_CLIPS = ["ml_de_picovoice", "ml_es_picovoice", "ml_ja_picovoice", "ml_it_
 
 
 @pytest.fixture(scope="module")
-def jfk_mel(shared_data: Path) -> torch.Tensor:
-    path = shared_data / "reference" / "jfk_mel80.npy"
-    if not path.is_file():
-        pytest.skip(f"missing {path}")
-    return torch.from_numpy(np.load(path))[None]  # (1, 80, 3000)
+def jfk_mel() -> torch.Tensor:
+    return torch.from_numpy(np.load(REFERENCE / "jfk_mel80.npy"))[None]  # (1, 80, 3000)
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +72,8 @@ def multilingual() -> Tokenizer:
     return get_tokenizer(True, num_languages=99)
 
 
-def _clip(shared_data: Path, clip_id: str) -> np.ndarray:
-    path = shared_data / MULTILINGUAL / f"{clip_id}.wav"
-    if not path.is_file():
-        pytest.skip(f"missing {path}")
-    return load_audio(path)
+def _clip(clips: dict[str, Clip], clip_id: str) -> np.ndarray:
+    return load_audio(clips[clip_id].wav)
 
 
 # ---------------------------------------------------------------- reference equality: tiny.en
@@ -200,10 +193,10 @@ def test_base_beam5_equals_reference(
 
 @pytest.mark.parametrize("clip_id", DETECT_CLIPS)
 def test_base_detect_language_equals_reference(
-    base_model: Whisper, shared_data: Path, reference: dict, clip_id: str
+    base_model: Whisper, clips: dict[str, Clip], reference: dict, clip_id: str
 ) -> None:
     ref = reference["base_detect_language"][clip_id]
-    probs = Transcriber(base_model).detect_language(_clip(shared_data, clip_id))
+    probs = Transcriber(base_model).detect_language(_clip(clips, clip_id))
     assert len(probs) == 99
     top3 = sorted(probs.items(), key=lambda kv: -kv[1])[:3]
     assert top3[0][0] == ref["expected"] == ref["top3"][0][0]
@@ -216,8 +209,8 @@ def test_english_only_model_detects_english(tiny_model: Whisper, jfk_audio: np.n
     assert Transcriber(tiny_model).detect_language(jfk_audio) == {"en": 1.0}
 
 
-def test_base_translates_german_into_english(base_model: Whisper, shared_data: Path) -> None:
-    audio = _clip(shared_data, "ml_de_picovoice")  # "Der hinter diesem Portal liegenden Raum wurde ..."
+def test_base_translates_german_into_english(base_model: Whisper, clips: dict[str, Clip]) -> None:
+    audio = _clip(clips, "ml_de_picovoice")  # "Der hinter diesem Portal liegenden Raum wurde ..."
     options = TranscribeOptions(decode=DecodeOptions(task="translate"), temperatures=(0.0,))
     result = Transcriber(base_model).transcribe(audio, options)
     assert result.language == "de"  # the detected source language

@@ -12,7 +12,7 @@ import pytest
 from live_server import LiveServer
 from scoring import assert_delivered
 
-from streamwhisper.evaluation import Clip, read_manifest
+from streamwhisper.evaluation import Clip
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CLEAR_LINE = "\r\x1b[2K"
@@ -36,16 +36,13 @@ def bot() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def clips(shared_data: Path) -> dict[str, Clip]:
-    return {
-        c.wav.relative_to(shared_data / "eval").as_posix(): c
-        for c in read_manifest(shared_data / "eval" / "manifest.tsv")
-    }
+def clips_by_file(clips: dict[str, Clip]) -> dict[str, Clip]:
+    return {c.wav.name: c for c in clips.values()}
 
 
 def test_python_client_prints_partials_in_place_and_finals_as_lines(serving_model, clips, capsys) -> None:
     client = load_example("python_client.py")
-    jfk = clips["wav/read_en/en_jfk.wav"]
+    jfk = clips["en_jfk"]
     with LiveServer(serving_model) as server:
         assert client.main([str(jfk.wav), "--url", server.url, "--speed", "2"]) == 0
     out, err = capsys.readouterr()
@@ -58,8 +55,8 @@ def test_python_client_prints_partials_in_place_and_finals_as_lines(serving_mode
     assert err.startswith("closed (eof): 11.0 s of audio")
 
 
-def test_meeting_bot_posts_one_time_ordered_labelled_transcript(bot, serving_model, shared_data, clips) -> None:
-    participants = bot.demo_participants(shared_data, speed=2.0)
+def test_meeting_bot_posts_one_time_ordered_labelled_transcript(bot, serving_model, clips_by_file) -> None:
+    participants = bot.demo_participants(speed=2.0)
     assert {p.sample_rate for p in participants} == {48_000, 16_000, 44_100}
     posted: list = []
     with LiveServer(serving_model, max_sessions=4) as server:
@@ -71,7 +68,7 @@ def test_meeting_bot_posts_one_time_ordered_labelled_transcript(bot, serving_mod
     assert sorted(posted, key=lambda line: (line.start, line.speaker)) == lines, "every line was posted once"
     for p in participants:
         mine = [line for line in lines if line.speaker == p.name]
-        clip = clips[p.path.relative_to(shared_data / "eval").as_posix()]
+        clip = clips_by_file[p.path.name]
         assert mine, f"{p.name} said nothing?"
         for line in mine:  # on the meeting clock: within the participant's own time
             assert p.joined_at - 0.5 <= line.start <= line.end <= p.joined_at + clip.seconds + 0.5, line

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,10 +30,10 @@ from scoring import assert_delivered
 
 from streamwhisper import cli
 from streamwhisper.audio.convert import resample
-from streamwhisper.evaluation import Clip, read_manifest
+from streamwhisper.evaluation import Clip
 from streamwhisper.runtime import mic
 from streamwhisper.runtime.captions import CLEAR_LINE
-from streamwhisper.runtime.mic import NO_INPUT_DEVICE, MicSource, format_devices, input_devices
+from streamwhisper.runtime.mic import NO_INPUT_DEVICE, NO_INPUT_DEVICES, MicSource, format_devices, input_devices
 
 SRT_CUE = re.compile(r"(\d+)\n(\d\d):(\d\d):(\d\d),(\d\d\d) --> (\d\d):(\d\d):(\d\d),(\d\d\d)\n(.+)")
 VTT_CUE = re.compile(r"(?:(\d\d):)?(\d\d):(\d\d)\.(\d\d\d) --> (?:(\d\d):)?(\d\d):(\d\d)\.(\d\d\d)\n(.+)")
@@ -105,8 +106,8 @@ class FilePlayingInputStream:
 
 
 @pytest.fixture(scope="module")
-def jfk(shared_data: Path) -> Clip:
-    return next(c for c in read_manifest(shared_data / "eval" / "manifest.tsv") if c.id == "en_jfk")
+def jfk(clips: dict[str, Clip]) -> Clip:
+    return clips["en_jfk"]
 
 
 @pytest.fixture(scope="module")
@@ -242,9 +243,15 @@ def test_listen_reports_an_unreachable_daemon_in_one_line(monkeypatch, capsys, j
     assert len(err) == 1 and err[0].startswith(f"streamwhisper: error: cannot stream to {url}: "), err
 
 
+class NoDevice:
+    """``sounddevice.InputStream`` on a machine without an input device: PortAudio refuses to open it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise RuntimeError("Error querying device -1")  # sounddevice.PortAudioError says this
+
+
 def test_listen_without_an_input_device_says_so_in_one_line(monkeypatch, capsys) -> None:
-    if mic.list_input_devices():
-        pytest.skip("this machine has an audio input device")
+    monkeypatch.setattr(mic, "default_input_stream_factory", lambda: NoDevice)
     asked = use_model(monkeypatch, None)
     assert cli.main(["listen"]) == cli.EXIT_ERROR
     out, err = capsys.readouterr()
@@ -252,14 +259,26 @@ def test_listen_without_an_input_device_says_so_in_one_line(monkeypatch, capsys)
     assert err == f"streamwhisper: error: {NO_INPUT_DEVICE}\n"
 
 
-def test_list_devices_on_this_machine(capsys) -> None:
-    assert cli.main(["listen", "--list-devices"]) == 0
+@pytest.mark.parametrize("args", [["listen"], ["listen", "--list-devices"]], ids=["listen", "list-devices"])
+def test_listen_without_portaudio_says_so_in_one_line(monkeypatch, capsys, args: list[str]) -> None:
+    monkeypatch.setitem(sys.modules, "sounddevice", None)  # as if libportaudio2 were not installed
+    asked = use_model(monkeypatch, None)
+    assert cli.main(args) == cli.EXIT_ERROR
     out, err = capsys.readouterr()
-    assert err == ""
+    assert out == "" and asked == []
+    assert err.count("\n") == 1 and err.startswith("streamwhisper: error: PortAudio is not available"), err
+    assert "apt-get install libportaudio2" in err
+
+
+def test_list_devices_on_this_machine(capsys) -> None:
+    """The real sounddevice and PortAudio (make test installs libportaudio2): a table, or one line and exit 1."""
     devices = mic.list_input_devices()
-    assert out == format_devices(devices)
-    if not devices:
-        assert out == "no audio input devices found\n"
+    code = cli.main(["listen", "--list-devices"])
+    out, err = capsys.readouterr()
+    if devices:
+        assert (code, out, err) == (0, format_devices(devices), "")
+    else:
+        assert (code, out, err) == (cli.EXIT_ERROR, "", f"streamwhisper: error: {NO_INPUT_DEVICES}\n")
 
 
 def test_device_table_marks_the_default() -> None:

@@ -7,16 +7,15 @@ unbatched. tiny.en comes from the session fixture; base is loaded once for this 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import REFERENCE
 
 from streamwhisper.audio.files import load_audio
 from streamwhisper.audio.mel import N_FRAMES, N_SAMPLES, log_mel
 from streamwhisper.errors import ConfigError
-from streamwhisper.evaluation import word_error_rate
+from streamwhisper.evaluation import Clip, word_error_rate
 from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
 from streamwhisper.model.loading import bfloat16_pays_off, configure_threads, load_model
@@ -27,8 +26,6 @@ from streamwhisper.model.whisper import ModelDimensions, Whisper, blocked_attent
 JFK_REFERENCE = (
     "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 )
-GOFORWARD = Path("eval") / "wav" / "read_en" / "en_ps_goforward.wav"
-GERMAN = Path("eval") / "wav" / "multilingual" / "ml_de_picovoice.wav"
 
 
 # ---------------------------------------------------------------- fixtures
@@ -40,24 +37,18 @@ def models(tiny_model: Whisper, base_model: Whisper) -> dict[str, Whisper]:
 
 
 @pytest.fixture(scope="module")
-def jfk_mel(shared_data: Path) -> np.ndarray:
+def jfk_mel() -> np.ndarray:
     """The reference's 80-band log-mel of jfk padded to 30 s, (80, 3000) float32."""
-    path = shared_data / "reference" / "jfk_mel80.npy"
-    if not path.is_file():
-        pytest.skip(f"missing {path}")
-    return np.load(path)
+    return np.load(REFERENCE / "jfk_mel80.npy")
 
 
-def _clip_mel(shared_data: Path, relative: Path) -> np.ndarray:
-    path = shared_data / relative
-    if not path.is_file():
-        pytest.skip(f"missing {path}")
-    return log_mel(load_audio(path), 80, padding=N_SAMPLES)[:, :N_FRAMES]
+def _clip_mel(clip: Clip) -> np.ndarray:
+    return log_mel(load_audio(clip.wav), 80, padding=N_SAMPLES)[:, :N_FRAMES]
 
 
 @pytest.fixture(scope="module")
-def goforward_mel(shared_data: Path) -> np.ndarray:
-    return _clip_mel(shared_data, GOFORWARD)
+def goforward_mel(clips: dict[str, Clip]) -> np.ndarray:
+    return _clip_mel(clips["en_ps_goforward"])
 
 
 def _encode(model: Whisper, mel: np.ndarray) -> torch.Tensor:
@@ -227,9 +218,9 @@ def test_batched_decode_equals_unbatched(tiny_model: Whisper, jfk_mel: np.ndarra
 
 
 def test_batched_decode_with_two_detected_languages_equals_unbatched(
-    base_model: Whisper, jfk_mel: np.ndarray, shared_data: Path
+    base_model: Whisper, jfk_mel: np.ndarray, clips: dict[str, Clip]
 ) -> None:
-    german = _clip_mel(shared_data, GERMAN)
+    german = _clip_mel(clips["ml_de_picovoice"])
     tokenizer = get_tokenizer(True, num_languages=base_model.num_languages)
     features = _encode(base_model, np.stack([german, jfk_mel]))
     options = DecodeOptions(without_timestamps=True)
@@ -476,9 +467,15 @@ def test_default_compute_type_loads_with_warnings_as_errors() -> None:
     assert model.decoder.logits is not None
 
 
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32-encoder", "bfloat16-encoder"])
 def test_mixed_compute_type_keeps_fp16_decoder_weights_and_an_exact_enough_encoder(
-    tiny_model: Whisper, jfk_mel: np.ndarray, jfk_audio: np.ndarray
+    tiny_model: Whisper, jfk_mel: np.ndarray, jfk_audio: np.ndarray, monkeypatch: pytest.MonkeyPatch, bf16: bool
 ) -> None:
+    """Both encoder paths on every CPU: the one the load-time GEMM timing picks here, and the other
+    one forced (torch runs bfloat16 on CPUs without bfloat16 instructions too, only slower)."""
+    import streamwhisper.model.loading as loading
+
+    monkeypatch.setattr(loading, "bfloat16_pays_off", lambda: bf16)
     model = load_model("tiny.en", compute_type="mixed")
     assert model.decoder.logits is not None  # the int8 output projection
     fc1 = model.decoder.blocks[0].mlp[0]
@@ -488,9 +485,11 @@ def test_mixed_compute_type_keeps_fp16_decoder_weights_and_an_exact_enough_encod
     features = _encode(model, jfk_mel)
     reference = _encode(tiny_model, jfk_mel)
     assert features.dtype == torch.float32
-    if bfloat16_pays_off():
+    if bf16:
         assert model.encoder.autocast_dtype == torch.bfloat16
         assert not torch.equal(features, reference)
+    else:
+        assert model.encoder.autocast_dtype is None
     assert torch.nn.functional.cosine_similarity(features.flatten(), reference.flatten(), dim=0) > 0.999
     result = Transcriber(model).transcribe(jfk_audio)
     assert word_error_rate([JFK_REFERENCE], [result.text]) <= 0.1
@@ -550,3 +549,11 @@ def test_configure_threads_leaves_numpy_blas_one_thread() -> None:
         configure_threads(torch.get_num_threads())
         blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
         assert blas and all(pool["num_threads"] == 1 for pool in blas)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (no GPU on this machine)")
+def test_cuda_default_compute_type_transcribes_jfk(jfk_audio: np.ndarray) -> None:
+    model = load_model("tiny.en", device="cuda")  # float16 by default on CUDA
+    assert next(model.parameters()).is_cuda and model.dtype == torch.float16
+    result = Transcriber(model).transcribe(jfk_audio)
+    assert word_error_rate([JFK_REFERENCE], [result.text]) <= 0.1

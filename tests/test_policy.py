@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from fakes import ScriptedRecognizer, SpanVad, fake_encode, hyp
 
-from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
+from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 from streamwhisper.streaming.policy import CommitPolicy, find_loop, normalize_word, screen
 from streamwhisper.streaming.streamer import Streamer, run_sync

@@ -12,7 +12,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import jiwer
 import numpy as np
@@ -25,7 +24,7 @@ from websockets.sync.client import connect as sync_connect
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
 from streamwhisper.client import StreamClient, stream_file
-from streamwhisper.evaluation import Clip, normalize, read_manifest, word_error_rate
+from streamwhisper.evaluation import Clip, normalize, word_error_rate
 
 CLIPS = [
     "en_jfk",
@@ -40,9 +39,8 @@ CLIPS = [
 
 
 @pytest.fixture(scope="module")
-def clips(shared_data: Path) -> dict[str, Clip]:
-    by_id = {c.id: c for c in read_manifest(shared_data / "eval" / "manifest.tsv")}
-    return {name: by_id[name] for name in CLIPS}
+def clips(clips: dict[str, Clip]) -> dict[str, Clip]:
+    return {name: clips[name] for name in CLIPS}
 
 
 def transcript(messages: list[dict]) -> str:

@@ -6,7 +6,6 @@ import json
 import socket
 import threading
 import time
-from pathlib import Path
 from urllib.parse import urlencode
 
 import numpy as np
@@ -19,7 +18,7 @@ from websockets.sync.client import connect
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
-from streamwhisper.evaluation import read_manifest, word_error_rate
+from streamwhisper.evaluation import word_error_rate
 
 LIMIT = 4096  # max_message_bytes of the fuzzed server
 # 1013 too: on a busy machine the healthy stream may lag enough for refusals (overloaded)
@@ -129,10 +128,9 @@ def fuzz_server(serving_model):  # type: ignore[no-untyped-def]
         yield server
 
 
-def test_a_thousand_malformed_inputs_leave_the_server_and_others_unharmed(fuzz_server, shared_data: Path) -> None:
+def test_a_thousand_malformed_inputs_leave_the_server_and_others_unharmed(fuzz_server, clips) -> None:
     server = fuzz_server
-    by_id = {c.id: c for c in read_manifest(shared_data / "eval" / "manifest.tsv")}
-    clips = [by_id[n] for n in ("en_jfk", "en_lj_LJ001-0016", "en_ps_librivox_sense_0890")]
+    clips = [clips[n] for n in ("en_jfk", "en_lj_LJ001-0016", "en_ps_librivox_sense_0890")]
     reference = " ".join(c.reference for c in clips)
     gap = np.zeros(16000, dtype=np.float32)
     speech = np.concatenate([part for c in clips for part in (load_audio(c.wav), gap)])

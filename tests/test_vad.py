@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import wave
 from collections.abc import Sequence
 from itertools import pairwise
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,17 +14,6 @@ from streamwhisper.events import SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.streaming.config import VadConfig
 from streamwhisper.streaming.streamer import Streamer, run_sync
-
-DATA = Path("/work/shared/data/eval/wav")
-JFK = DATA / "read_en/en_jfk.wav"
-SILENCE = DATA / "nonspeech/ns_gen_digital_silence_30s.wav"
-
-
-def read_wav(path: Path) -> np.ndarray:
-    with wave.open(str(path)) as w:
-        assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16_000, 1, 2)
-        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
-    return pcm.astype(np.float32) / 32768.0
 
 
 def chunks(x: np.ndarray, size: int) -> list[np.ndarray]:
@@ -69,8 +56,8 @@ def run_detector(detector: SpeechDetector, x: np.ndarray, size: int) -> list[Spe
     return out + detector.flush()
 
 
-def test_jfk_speech_starts_and_ends() -> None:
-    x = read_wav(JFK)
+def test_jfk_speech_starts_and_ends(jfk_audio: np.ndarray) -> None:
+    x = jfk_audio
     bounds = run_detector(SpeechDetector(WebRtcVad(3, 30), VadConfig()), x, 1_600)
     assert [b.started for b in bounds][:2] == [True, False]
     assert all(a.started != b.started for a, b in pairwise(bounds))
@@ -83,8 +70,8 @@ def test_jfk_speech_starts_and_ends() -> None:
     assert all(b.detected - b.sample >= 500 * 16 for b in ends[:-1])
 
 
-def test_jfk_through_the_streamer_issues_requests_only_in_speech() -> None:
-    x = read_wav(JFK)
+def test_jfk_through_the_streamer_issues_requests_only_in_speech(jfk_audio: np.ndarray) -> None:
+    x = jfk_audio
     streamer = Streamer()
     recognizer = CountingRecognizer()
     events = run_sync(streamer, recognizer, chunks(x, 3_200))
@@ -99,7 +86,7 @@ def test_jfk_through_the_streamer_issues_requests_only_in_speech() -> None:
 def test_digital_silence_gives_no_speech_and_no_requests() -> None:
     streamer = Streamer()
     recognizer = CountingRecognizer()
-    events = run_sync(streamer, recognizer, chunks(read_wav(SILENCE), 16_000))
+    events = run_sync(streamer, recognizer, chunks(np.zeros(30 * 16_000, dtype=np.float32), 16_000))
     assert events == [] and recognizer.requests == []
 
 
@@ -156,9 +143,9 @@ def test_configurable_frames_and_hangover() -> None:
 
 
 @pytest.mark.parametrize("frame_ms", [10, 20, 30])
-def test_webrtcvad_frame_sizes(frame_ms: int) -> None:
+def test_webrtcvad_frame_sizes(frame_ms: int, jfk_audio: np.ndarray) -> None:
     vad = WebRtcVad(2, frame_ms)
-    x = read_wav(JFK)[16_000 : 16_000 + 20 * vad.frame_samples]
+    x = jfk_audio[16_000 : 16_000 + 20 * vad.frame_samples]
     verdicts = vad.classify(x.reshape(20, vad.frame_samples))
     assert len(verdicts) == 20 and any(verdicts)
     assert not any(vad.classify(np.zeros((5, vad.frame_samples), dtype=np.float32)))

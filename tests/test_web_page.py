@@ -21,7 +21,7 @@ from live_server import LiveServer
 from scoring import assert_delivered
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le
-from streamwhisper.evaluation import Clip, normalize, read_manifest
+from streamwhisper.evaluation import Clip, normalize
 
 TOKEN = "page-token-123"
 FINALS = "Array.from(document.querySelectorAll('#finals .final')).map(s => s.textContent.trim()).join(' ')"
@@ -36,8 +36,8 @@ def browser_binary() -> str:
 
 
 @pytest.fixture(scope="module")
-def jfk(shared_data: Path) -> Clip:
-    return next(c for c in read_manifest(shared_data / "eval" / "manifest.tsv") if c.id == "en_jfk")
+def jfk(clips: dict[str, Clip]) -> Clip:
+    return clips["en_jfk"]
 
 
 def fake_microphone_wav(path: Path, audio: np.ndarray, silence_s: float) -> Path:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import REFERENCE
 
 import streamwhisper.model.loading as loading
 import streamwhisper.model.weights as weights
@@ -365,10 +366,10 @@ def test_named_base_model_from_two_packages():
     assert int(model.alignment_heads.sum()) == len(loaded.alignment_heads)
 
 
-def test_packaged_tiny_matches_reference_first_step(tiny_model, shared_data, reference):
+def test_packaged_tiny_matches_reference_first_step(tiny_model, reference):
     ref = reference["jfk"]["tiny.en"]
     assert tiny_model.dims.as_dict() == ref["dims"]
-    mel = torch.from_numpy(np.load(shared_data / "reference" / "jfk_mel80.npy"))[None]
+    mel = torch.from_numpy(np.load(REFERENCE / "jfk_mel80.npy"))[None]
     with torch.inference_mode():
         features = tiny_model.encoder(mel)
         cache = tiny_model.new_cache(features)

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import logging
 import math
-import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -232,19 +231,19 @@ async def run_meeting(meeting: MeetingBot, participants: list[FileParticipant], 
 
 # -- the demo -------------------------------------------------------------------------------------
 
-SHARED = Path(os.environ.get("STREAMWHISPER_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
-# (speaker, eval clip, joins at, audio format): Bob starts before Alice is done; each platform
+CLIPS = Path(__file__).resolve().parents[2] / "tests" / "data" / "audio"  # clips that ship with the repository
+# (speaker, clip, joins at, audio format): Bob starts before Alice is done; each platform
 # delivers its own rate and sample type, the server resamples.
 DEMO: list[tuple[str, str, float, dict[str, Any]]] = [
-    ("Alice", "wav/read_en/en_jfk.wav", 0.0, {"sample_rate": 48_000, "encoding": "pcm_s16le"}),
-    ("Bob", "wav/read_en/en_ls_dev_1272-128104-0000.wav", 9.0, {"sample_rate": 16_000, "encoding": "pcm_f32le"}),
-    ("Carol", "wav/read_en/en_arctic_a0010.wav", 16.0, {"sample_rate": 44_100, "encoding": "pcm_s16le"}),
+    ("Alice", "en_jfk.flac", 0.0, {"sample_rate": 48_000, "encoding": "pcm_s16le"}),
+    ("Bob", "en_ls_dev_1272-128104-0000.flac", 9.0, {"sample_rate": 16_000, "encoding": "pcm_f32le"}),
+    ("Carol", "en_arctic_a0010.flac", 16.0, {"sample_rate": 44_100, "encoding": "pcm_s16le"}),
 ]
 
 
-def demo_participants(shared: Path, speed: float) -> list[FileParticipant]:
-    """The demo meeting: three clips of the shared eval set."""
-    return [FileParticipant(name, shared / "eval" / clip, at, speed=speed, **fmt) for name, clip, at, fmt in DEMO]
+def demo_participants(speed: float, folder: Path = CLIPS) -> list[FileParticipant]:
+    """The demo meeting: three clips of the repository's test data."""
+    return [FileParticipant(name, folder / clip, at, speed=speed, **fmt) for name, clip, at, fmt in DEMO]
 
 
 def parse_participant(spec: str, speed: float) -> FileParticipant:
@@ -268,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.participants:
         participants = [parse_participant(spec, args.speed) for spec in args.participants]
     else:
-        participants = demo_participants(SHARED, args.speed)
+        participants = demo_participants(args.speed)
 
     def post(line: Line) -> None:
         print(line.format(), flush=True)

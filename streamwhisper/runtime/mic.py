@@ -28,6 +28,7 @@ from streamwhisper.errors import AudioDeviceError
 logger = logging.getLogger(__name__)
 
 NO_INPUT_DEVICE = "no audio input device found (is a microphone connected? `streamwhisper listen --list-devices`)"
+NO_INPUT_DEVICES = "no audio input devices found (is a microphone connected?)"  # what --list-devices says
 
 
 class InputStreamLike(Protocol):
@@ -52,7 +53,7 @@ def _sounddevice() -> ModuleType:
     """The sounddevice module; AudioDeviceError when its PortAudio library is missing."""
     try:
         import sounddevice
-    except OSError as exc:  # sounddevice raises OSError when libportaudio cannot be loaded
+    except (OSError, ImportError) as exc:  # OSError: sounddevice could not load libportaudio
         raise AudioDeviceError(
             f"PortAudio is not available ({exc}); install it (Debian/Ubuntu: apt-get install libportaudio2)"
         ) from None
@@ -121,8 +122,6 @@ def list_input_devices() -> list[InputDevice]:
 
 def format_devices(devices: Sequence[InputDevice]) -> str:
     """The ``--list-devices`` table: ``*`` marks the default; use the index or a name with --device."""
-    if not devices:
-        return "no audio input devices found\n"
     lines = [
         f"{'*' if d.default else ' '} {d.index:>3}  {d.name}  ({d.hostapi}, {d.channels} ch, {d.samplerate:g} Hz)"
         for d in devices
