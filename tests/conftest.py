@@ -119,3 +119,25 @@ def generated_nonspeech(seconds: float = 30.0) -> dict[str, np.ndarray]:
         "gen_digital_silence": np.zeros(n, dtype=np.float32),
         "gen_white_noise_-30dBFS": noise * np.float32(10 ** (-30 / 20) / np.sqrt(np.mean(noise**2))),
     }
+
+
+def nonspeech_audio() -> dict[str, np.ndarray]:
+    """Every non-speech clip of tests/data and the generated signals, by name."""
+    from streamwhisper.audio.files import load_audio
+
+    shipped = {c.id: load_audio(c.wav) for c in load_clips().values() if c.category == "nonspeech"}
+    return shipped | generated_nonspeech()
+
+
+# four read_en clips, 45 s together: audio longer than one 30 s window
+LONG_CLIPS = ("en_ls_dev_1272-141231-0002", "en_ls_dev_2412-153948-0000", "en_lj_LJ001-0014", "en_lj_LJ001-0003")
+
+
+def joined(clip_ids: tuple[str, ...], gap_s: float) -> tuple[np.ndarray, str]:
+    """(the clips' audio joined with ``gap_s`` of silence after each, their references joined)."""
+    from streamwhisper.audio.files import load_audio
+
+    clips = [load_clips()[clip_id] for clip_id in clip_ids]
+    gap = np.zeros(int(gap_s * 16_000), dtype=np.float32)
+    audio = np.concatenate([part for clip in clips for part in (load_audio(clip.wav), gap)])
+    return audio, " ".join(clip.reference for clip in clips)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import generated_nonspeech
+from conftest import LONG_CLIPS, joined, nonspeech_audio
 
 from streamwhisper.audio.files import load_audio
 from streamwhisper.bench import ClipRun, replay, summarize
@@ -24,11 +24,6 @@ from streamwhisper.streaming.streamer import Streamer
 @pytest.fixture(scope="module")
 def model() -> Whisper:
     return load_model("tiny.en")  # the default compute type, as the daemon runs it
-
-
-@pytest.fixture(scope="module")
-def manifest(clips: dict[str, Clip]) -> list[Clip]:
-    return list(clips.values())
 
 
 def stream(model: Whisper, audio: np.ndarray) -> list[object]:
@@ -52,26 +47,19 @@ def check_invariants(events: list[object]) -> list[Final]:
     return finals
 
 
-LONG_CLIPS = ["en_ls_dev_1272-141231-0002", "en_ls_dev_2412-153948-0000", "en_lj_LJ001-0014", "en_lj_LJ001-0003"]
-
-
-def by_id(manifest: list[Clip], clip_id: str) -> Clip:
-    return next(c for c in manifest if c.id == clip_id)
-
-
-def test_jfk_streams_its_transcript(model: Whisper, manifest: list[Clip]) -> None:
-    clip = by_id(manifest, "en_jfk")
+def test_jfk_streams_its_transcript(model: Whisper, clips: dict[str, Clip]) -> None:
+    clip = clips["en_jfk"]
     finals = check_invariants(stream(model, load_audio(clip.wav)))
     text = " ".join(f.text for f in finals)
     assert word_error_rate([clip.reference], [text]) <= 0.15, text
     assert finals[-1].endpoint
 
 
-def test_a_lagging_worker_loses_no_word(model: Whisper, manifest: list[Clip]) -> None:
+def test_a_lagging_worker_loses_no_word(model: Whisper, clips: dict[str, Clip]) -> None:
     """Requests served late, as by a busy worker, give long windows and a new utterance after
     the pause in "for you, ask what you can do": conditioned on a prompt that broke off at
     "can do for you", the decoder said only "for your country" (a CI run caught it)."""
-    clip = by_id(manifest, "en_jfk")
+    clip = clips["en_jfk"]
     recognizer = WhisperRecognizer(model)
     streamer = Streamer(encode_text=recognizer.encode_text)
     audio = load_audio(clip.wav)
@@ -89,12 +77,9 @@ def test_a_lagging_worker_loses_no_word(model: Whisper, manifest: list[Clip]) ->
 
 
 @pytest.mark.slow
-def test_long_speech_streams_close_to_offline(model: Whisper, manifest: list[Clip]) -> None:
+def test_long_speech_streams_close_to_offline(model: Whisper, clips: dict[str, Clip]) -> None:
     """45 s of read speech, sentences 0.7 s apart: several windows, trims and pause endpoints."""
-    parts = [by_id(manifest, clip_id) for clip_id in LONG_CLIPS]
-    gap = np.zeros(int(0.7 * 16000), dtype=np.float32)
-    audio = np.concatenate([a for clip in parts for a in (load_audio(clip.wav), gap)])
-    reference = " ".join(clip.reference for clip in parts)
+    audio, reference = joined(LONG_CLIPS, gap_s=0.7)
     finals = check_invariants(stream(model, audio))
     streamed = word_error_rate([reference], [" ".join(f.text for f in finals)])
     offline = word_error_rate([reference], [Transcriber(model).transcribe(audio).text])
@@ -102,12 +87,11 @@ def test_long_speech_streams_close_to_offline(model: Whisper, manifest: list[Cli
 
 
 @pytest.mark.slow
-def test_nonspeech_clips_give_no_final(model: Whisper, manifest: list[Clip]) -> None:
+def test_nonspeech_clips_give_no_final(model: Whisper, clips: dict[str, Clip]) -> None:
     """Music, an animal, a sound effect, room noise, silence and white noise give no final at all
     (the whole non-speech category of the evaluation set is measured by benchmarks/streaming.py)."""
-    audio = {c.id: load_audio(c.wav) for c in manifest if c.category == "nonspeech"} | generated_nonspeech()
     heard = {}
-    for name, samples in audio.items():
+    for name, samples in nonspeech_audio().items():
         finals = [e for e in stream(model, samples) if isinstance(e, Final) and e.text]
         if finals:
             heard[name] = " ".join(f.text for f in finals)

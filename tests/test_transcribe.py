@@ -2,7 +2,7 @@
 
 The jfk transcript and word timestamps are compared with the reference Whisper; longer audio checks
 the window loop (seek, prompt conditioning, monotonic segments) and quality is asserted as a WER
-bound. The slow tests run tiny.en over whole manifest categories (read_en, nonspeech).
+bound. The slow tests run tiny.en over the read_en and nonspeech clips of tests/data.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 import torch
-from conftest import generated_nonspeech
+from conftest import LONG_CLIPS, generated_nonspeech, joined, nonspeech_audio
 
 import streamwhisper.model.transcribe as transcribe_module
 from streamwhisper.audio.files import load_audio
@@ -26,7 +26,6 @@ from streamwhisper.model.transcribe import Segment, TranscribeOptions, Transcrib
 from streamwhisper.model.whisper import Whisper
 
 JFK_TEXT = "And so my fellow Americans ask not what your country can do for you ask what you can do for your country"
-LONG_CLIPS = ["en_ls_dev_1272-141231-0002", "en_ls_dev_2412-153948-0000", "en_lj_LJ001-0014", "en_lj_LJ001-0003"]
 # tiny.en over the 14 read_en clips of tests/data: measured 4.4 % (mixed, Intel Xeon); the whole read_en
 # category (59 clips, 7.1 %) is measured by benchmarks/offline.py and `streamwhisper bench`
 READ_EN_WER_BOUND = 0.06
@@ -44,11 +43,6 @@ def default_model() -> Whisper:
         return load_model("tiny.en")
 
 
-@pytest.fixture(scope="module")
-def manifest(clips: dict[str, Clip]) -> list[Clip]:
-    return list(clips.values())
-
-
 @pytest.fixture
 def default_heads(tiny_model: Whisper) -> Iterator[Whisper]:
     """tiny_model with Whisper's default alignment heads (the reference's), restored afterwards."""
@@ -59,10 +53,6 @@ def default_heads(tiny_model: Whisper) -> Iterator[Whisper]:
         yield tiny_model
     finally:
         tiny_model.set_alignment_heads([(layer, h) for layer, h in saved])
-
-
-def _clip(manifest: list[Clip], clip_id: str) -> Clip:
-    return next(c for c in manifest if c.id == clip_id)
 
 
 def _words(result: TranscriptionResult) -> list:  # type: ignore[type-arg]
@@ -106,9 +96,9 @@ def jfk_result(
     )
 
 
-def test_jfk_transcript(jfk_result: TranscriptionResult, manifest: list[Clip]) -> None:
+def test_jfk_transcript(jfk_result: TranscriptionResult, clips: dict[str, Clip]) -> None:
     assert normalize(jfk_result.text) == normalize(JFK_TEXT)
-    assert word_error_rate([_clip(manifest, "en_jfk").reference], [jfk_result.text]) == 0.0
+    assert word_error_rate([clips["en_jfk"].reference], [jfk_result.text]) == 0.0
     assert jfk_result.language == "en"
     assert jfk_result.duration == pytest.approx(11.0)
 
@@ -214,14 +204,9 @@ def test_empty_audio_gives_an_empty_result(tiny_model: Whisper) -> None:
 
 
 @pytest.fixture(scope="module")
-def long_audio(manifest: list[Clip]) -> tuple[np.ndarray, str]:
+def long_audio() -> tuple[np.ndarray, str]:
     """Four read_en clips joined with 0.3 s of silence: 45 s, two windows at least."""
-    gap = np.zeros(4800, dtype=np.float32)
-    clips = [_clip(manifest, clip_id) for clip_id in LONG_CLIPS]
-    parts = []
-    for clip in clips:
-        parts += [load_audio(clip.wav), gap]
-    return np.concatenate(parts), " ".join(c.reference for c in clips)
+    return joined(LONG_CLIPS, gap_s=0.3)
 
 
 def test_long_audio_windows_prompts_and_quality(
@@ -278,22 +263,22 @@ def test_without_conditioning_no_prompt_is_passed(
 
 @pytest.mark.slow
 def test_read_en_corpus_wer(
-    default_model: Whisper, manifest: list[Clip], record_property: Callable[[str, object], None]
+    default_model: Whisper, clips: dict[str, Clip], record_property: Callable[[str, object], None]
 ) -> None:
-    clips = [c for c in manifest if c.category == "read_en"]
-    assert len(clips) >= 14
+    read = [c for c in clips.values() if c.category == "read_en"]
+    assert len(read) >= 14
     transcriber = Transcriber(default_model)
-    hypotheses = [transcriber.transcribe(load_audio(c.wav)).text for c in clips]
-    wer = word_error_rate([c.reference for c in clips], hypotheses)
+    hypotheses = [transcriber.transcribe(load_audio(c.wav)).text for c in read]
+    wer = word_error_rate([c.reference for c in read], hypotheses)
     record_property("read_en_wer", wer)
     print(f"read_en corpus WER (tiny.en, default compute type): {wer:.4f}")
     assert wer <= READ_EN_WER_BOUND
 
 
 @pytest.fixture(scope="module")
-def nonspeech_texts(default_model: Whisper, manifest: list[Clip]) -> dict[str, str]:
+def nonspeech_texts(default_model: Whisper) -> dict[str, str]:
     """Transcript of every nonspeech clip and generated signal (fallback sampling seeded per clip)."""
-    audio = {c.id: load_audio(c.wav) for c in manifest if c.category == "nonspeech"} | generated_nonspeech()
+    audio = nonspeech_audio()
     assert len(audio) >= 7
     transcriber = Transcriber(default_model)
     texts = {}
