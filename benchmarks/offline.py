@@ -60,7 +60,7 @@ def _ours(
     import streamwhisper
     from streamwhisper.model.decoding import DecodeOptions
     from streamwhisper.model.loading import load_model
-    from streamwhisper.model.transcribe import TranscribeOptions, Transcriber
+    from streamwhisper.transcribe import TranscribeOptions, Transcriber
 
     transcriber = Transcriber(load_model(model_path or model, "cpu", compute))
     options = TranscribeOptions(decode=DecodeOptions(language=LANGUAGE))  # greedy, fallback, conditioned

@@ -19,8 +19,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "load_model": "streamwhisper.model.loading",
-    "Transcriber": "streamwhisper.model.transcribe",
-    "TranscribeOptions": "streamwhisper.model.transcribe",
+    "Transcriber": "streamwhisper.transcribe",
+    "TranscribeOptions": "streamwhisper.transcribe",
     "DecodeOptions": "streamwhisper.model.decoding",
     "WhisperRecognizer": "streamwhisper.model.serving",
     "Streamer": "streamwhisper.streaming.streamer",

@@ -129,7 +129,7 @@ def run_bench(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     from .audio.files import load_audio
-    from .model.transcribe import TranscribeOptions
+    from .transcribe import TranscribeOptions
 
     runs: list[ClipRun] = []
     for clip in clips:
@@ -238,7 +238,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .errors import ConfigError
     from .evaluation import Clip
     from .model.serving import WhisperRecognizer
-    from .model.transcribe import Transcriber
+    from .transcribe import Transcriber
     from .streaming.streamer import Streamer
 
     config = resolve_config(args)

@@ -126,7 +126,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
     from .audio.files import load_audio
     from .model.decoding import DecodeOptions
-    from .model.transcribe import TranscribeOptions, Transcriber
+    from .transcribe import TranscribeOptions, Transcriber
     from .outputs import to_json, to_srt, to_txt, to_vtt, write_result
 
     config = resolve_config(args)
@@ -190,8 +190,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_listen(args: argparse.Namespace) -> int:
     from .model.serving import WhisperRecognizer
-    from .runtime.listen import ListenOptions, run_listen
-    from .runtime.mic import NO_INPUT_DEVICES, format_devices, list_input_devices, parse_device
+    from .listen.app import ListenOptions, run_listen
+    from .listen.mic import NO_INPUT_DEVICES, format_devices, list_input_devices, parse_device
     from .runtime.server import warm_up
     from .runtime.wire import normalize_language
 

@@ -33,7 +33,7 @@ from streamwhisper.model.decoding import (
     with_temperature,
 )
 from streamwhisper.model.tokenizer import Tokenizer, get_tokenizer
-from streamwhisper.model.transcribe import TranscribeOptions, Transcriber
+from streamwhisper.transcribe import TranscribeOptions, Transcriber
 from streamwhisper.model.whisper import Whisper
 
 JFK_REFERENCE = (

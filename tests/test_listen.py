@@ -31,9 +31,9 @@ from scoring import assert_delivered
 from streamwhisper import cli
 from streamwhisper.audio.convert import resample
 from streamwhisper.evaluation import Clip
-from streamwhisper.runtime import mic
-from streamwhisper.runtime.captions import CLEAR_LINE
-from streamwhisper.runtime.mic import NO_INPUT_DEVICE, NO_INPUT_DEVICES, MicSource, format_devices, input_devices
+from streamwhisper.listen import mic
+from streamwhisper.listen.captions import CLEAR_LINE
+from streamwhisper.listen.mic import NO_INPUT_DEVICE, NO_INPUT_DEVICES, MicSource, format_devices, input_devices
 
 SRT_CUE = re.compile(r"(\d+)\n(\d\d):(\d\d):(\d\d),(\d\d\d) --> (\d\d):(\d\d):(\d\d),(\d\d\d)\n(.+)")
 VTT_CUE = re.compile(r"(?:(\d\d):)?(\d\d):(\d\d)\.(\d\d\d) --> (?:(\d\d):)?(\d\d):(\d\d)\.(\d\d\d)\n(.+)")
@@ -322,7 +322,7 @@ def test_a_slow_loop_drops_the_oldest_audio_with_one_warning(caplog) -> None:
         source.close()
         return blocks
 
-    with caplog.at_level(logging.WARNING, logger="streamwhisper.runtime.mic"):
+    with caplog.at_level(logging.WARNING, logger="streamwhisper.listen.mic"):
         blocks = asyncio.run(run())
     assert [round(float(b[0]) * 100) for b in blocks] == [15, 16, 17, 18, 19]  # copies, newest kept
     assert all(len(b) == 1600 and np.all(b == b[0]) for b in blocks)

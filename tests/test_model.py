@@ -20,7 +20,7 @@ from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
 from streamwhisper.model.loading import bfloat16_pays_off, configure_threads, load_model
 from streamwhisper.model.tokenizer import get_tokenizer
-from streamwhisper.model.transcribe import Transcriber
+from streamwhisper.transcribe import Transcriber
 from streamwhisper.model.whisper import ModelDimensions, Whisper, blocked_attention
 
 JFK_REFERENCE = (

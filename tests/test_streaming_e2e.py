@@ -16,7 +16,7 @@ from streamwhisper.evaluation import Clip, normalize, word_error_rate
 from streamwhisper.events import Final, Partial
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.serving import WhisperRecognizer
-from streamwhisper.model.transcribe import Transcriber
+from streamwhisper.transcribe import Transcriber
 from streamwhisper.model.whisper import Whisper
 from streamwhisper.streaming.streamer import Streamer
 

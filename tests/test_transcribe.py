@@ -1,4 +1,4 @@
-"""Tests for streamwhisper.model.transcribe: whole recordings, window after window.
+"""Tests for streamwhisper.transcribe: whole recordings, window after window.
 
 The jfk transcript and word timestamps are compared with the reference Whisper; longer audio checks
 the window loop (seek, prompt conditioning, monotonic segments) and quality is asserted as a WER
@@ -16,13 +16,13 @@ import pytest
 import torch
 from conftest import LONG_CLIPS, generated_nonspeech, joined, nonspeech_audio
 
-import streamwhisper.model.transcribe as transcribe_module
+import streamwhisper.transcribe as transcribe_module
 from streamwhisper.audio.files import load_audio
 from streamwhisper.evaluation import Clip, normalize, word_count, word_error_rate
 from streamwhisper.model.decoding import compression_ratio
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.tokenizer import get_tokenizer
-from streamwhisper.model.transcribe import Segment, TranscribeOptions, Transcriber, TranscriptionResult
+from streamwhisper.transcribe import Segment, TranscribeOptions, Transcriber, TranscriptionResult
 from streamwhisper.model.whisper import Whisper
 
 JFK_TEXT = "And so my fellow Americans ask not what your country can do for you ask what you can do for your country"

@@ -33,7 +33,8 @@ from streamwhisper.config import Config
 from streamwhisper.errors import ConfigError, ProtocolError
 from streamwhisper.model.recognizer import Recognizer
 
-from . import deepgram, vosk, wire
+from . import wire
+from .dialects import deepgram, vosk
 from .metrics import Metrics
 from .session import Dialect, ServerContext, Session
 from .wire import NativeDialect

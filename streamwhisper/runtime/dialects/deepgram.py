@@ -52,7 +52,7 @@ from streamwhisper import __version__
 from streamwhisper.errors import ProtocolError
 from streamwhisper.events import Error, Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 
-from . import wire
+from .. import wire
 
 LISTEN_PATH = "/v1/listen"
 

@@ -27,7 +27,7 @@ from streamwhisper.model.recognizer import Hypothesis, Recognizer
 from streamwhisper.streaming.config import StreamingConfig
 from streamwhisper.streaming.streamer import Streamer
 
-from .worker import InferenceWorker, WorkerOverloaded
+from streamwhisper.runtime.worker import InferenceWorker, WorkerOverloaded
 
 logger = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..audio.mel import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel, pad_or_trim
-from ..errors import ConfigError
-from .decoding import DecodeOptions, DecodingResult, decode, detect_language, with_temperature
-from .timing import clamp_long_words, find_alignment, merge_punctuations
-from .tokenizer import Tokenizer, get_tokenizer
-from .whisper import Whisper
+from .audio.mel import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel, pad_or_trim
+from .errors import ConfigError
+from .model.decoding import DecodeOptions, DecodingResult, decode, detect_language, with_temperature
+from .model.timing import clamp_long_words, find_alignment, merge_punctuations
+from .model.tokenizer import Tokenizer, get_tokenizer
+from .model.whisper import Whisper
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from typing import Any
 from streamwhisper.errors import ProtocolError
 from streamwhisper.events import Error, Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 
-from . import wire
+from .. import wire
 
 PATH = "/"
 QUERY_SETTINGS = ("sample_rate", "language")
