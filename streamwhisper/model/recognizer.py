@@ -31,6 +31,8 @@ class RecognitionRequest:
     ``mel`` is the normalised log-mel of the window, shape (n_mels, n_frames) with
     n_frames <= 3000 (the recogniser pads it); ``prompt`` holds the token ids of previously
     committed text (sent after ``<|startofprev|>``); ``prefix`` optional forced text tokens.
+    ``start``/``end`` place the window on its stream's audio clock (seconds) and ``endpoint``
+    says that it finalises an utterance: what a scheduler needs, ignored by the recogniser.
     """
 
     mel: np.ndarray
@@ -40,6 +42,9 @@ class RecognitionRequest:
     word_timestamps: bool = True
     key: object = None  # opaque to the recogniser: who asked (a session id, say)
     prefix: tuple[int, ...] = ()
+    start: float = 0.0
+    end: float = 0.0
+    endpoint: bool = False
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,9 @@ class Streamer:
             language=self._config.language,
             task=self._config.task,
             key=self._key,
+            start=start * HOP_LENGTH / SAMPLE_RATE,
+            end=end * HOP_LENGTH / SAMPLE_RATE,
+            endpoint=endpoint,
         )
         self._inflight = _Inflight(
             start * HOP_LENGTH, end * HOP_LENGTH, endpoint, bool(prefix), endpoint and self._speech_goes_on
