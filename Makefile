@@ -49,8 +49,8 @@ lint: setup-test
 	$(VENV)/bin/ruff check streamwhisper tests benchmarks
 	$(VENV)/bin/mypy streamwhisper
 
-bench-streaming: setup
-	$(VENV)/bin/streamwhisper bench --manifest $(SHARED)/eval/manifest.tsv --category longform --category read_en --json
+bench-streaming: setup-test
+	$(PY) benchmarks/streaming.py --manifest $(SHARED)/eval/manifest.tsv --category longform --category read_en
 
 # Benchmark-only venv for the peer engines (faster-whisper, openai-whisper): never a project dependency.
 # openai-whisper goes in with --no-deps: its metadata pulls triton (GPU-only) on Linux; see benchmarks/requirements-peers.txt.
@@ -63,13 +63,13 @@ $(BENCH_VENV)/.setup: pyproject.toml benchmarks/requirements-peers.txt
 	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
 	$(BENCH_VENV)/bin/pip install --quiet torch==2.13.0 -r benchmarks/requirements-peers.txt
 	$(BENCH_VENV)/bin/pip install --quiet --no-deps $(OPENAI_WHISPER)
-	$(BENCH_VENV)/bin/pip install --quiet -e '.[base]'
+	$(BENCH_VENV)/bin/pip install --quiet -e '.[base,bench]'
 	touch $@
 
 bench-env: $(BENCH_VENV)/.setup
 
 bench-offline: setup bench-env
-	$(PIP) install --quiet -e '.[base]'
+	$(PIP) install --quiet -e '.[base,bench]'
 	$(PY) benchmarks/offline.py $(OFFLINE_ARGS)
 
 clean:

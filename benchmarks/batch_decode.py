@@ -47,7 +47,7 @@ class Recording:
 
 
 def streamed_requests(recognizer, clips: list[np.ndarray]) -> list:  # type: ignore[no-untyped-def]
-    from streamwhisper.bench import replay
+    from streamwhisper.runtime.replay import replay
     from streamwhisper.streaming.streamer import Streamer
 
     recording = Recording(recognizer)

@@ -257,7 +257,7 @@ def default_audio() -> list[tuple[str, Path]]:
 
 
 def longform_audio(manifest: Path) -> list[tuple[str, Path]]:
-    from streamwhisper.evaluation import read_manifest
+    from benchmarks.scoring import read_manifest
 
     return [(clip.id, clip.wav) for clip in read_manifest(manifest, ["longform"])]
 

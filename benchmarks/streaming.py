@@ -1,28 +1,109 @@
-"""Streaming latency/WER benchmark: ``streamwhisper bench`` over the eval longform and read_en sets.
+"""Streaming benchmark: WER and latency of the eval categories, streamed through the daemon's driver.
 
-Prints one JSON object per configuration (computation-aware by default). Figures, never asserts.
+Each clip is replayed by ``streamwhisper.bench.stream_file`` (the daemon's Pump on a simulated
+clock, computation-aware by default) and scored against its reference with Whisper's English
+normaliser. Prints one JSON object per run. Figures, never asserts.
 
-    .venv/bin/python benchmarks/streaming.py                      # longform, default settings
+    .venv/bin/python benchmarks/streaming.py                          # longform, default settings
     .venv/bin/python benchmarks/streaming.py --category read_en --category nonspeech
     .venv/bin/python benchmarks/streaming.py --unaware --step 0.5
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import shared_data_dir  # noqa: E402
-from streamwhisper.cli import main  # noqa: E402
+from benchmarks.scoring import Clip, normalize, read_manifest, word_error_rate  # noqa: E402
+
+
+def word_key(word: str) -> str:
+    return normalize(word) or word.strip().lower()
+
+
+def summarize(clips: list[Clip], runs: list[Any]) -> dict[str, Any]:
+    from streamwhisper.bench import latency_summary, rtf
+
+    pairs = list(zip(clips, runs))
+    speech = [(c, r) for c, r in pairs if c.category != "nonspeech"]
+    nonspeech = [(c, r) for c, r in pairs if c.category == "nonspeech"]
+    out: dict[str, Any] = {
+        "clips": len(runs),
+        "audio_seconds": round(sum(c.seconds for c in clips), 2),
+        "wer": None,
+        "offline_wer": None,
+    }
+    if speech:
+        refs = [c.reference for c, _ in speech]
+        out["wer"] = round(word_error_rate(refs, [r.stream_text for _, r in speech]), 4)
+        out["offline_wer"] = round(word_error_rate(refs, [r.offline_text for _, r in speech]), 4)
+    out.update(latency_summary([r for _, r in speech]))
+    out["rtf"] = rtf(runs)
+    if nonspeech:
+        words = sum(len(normalize(r.stream_text).split()) for _, r in nonspeech)
+        seconds = sum(c.seconds for c, _ in nonspeech)
+        out["nonspeech_words"] = words
+        out["nonspeech_words_per_10min"] = round(words * 600 / seconds, 3)
+        if speech:  # non-speech costs far fewer requests: "rtf" alone would flatter the speech
+            out["speech_rtf"] = rtf([r for _, r in speech])
+            out["nonspeech_rtf"] = rtf([r for _, r in nonspeech])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from streamwhisper.audio.files import load_audio
+    from streamwhisper.bench import machine_summary, stream_file
+    from streamwhisper.cli import _add_model_flags, load_configured_model, resolve_config
+    from streamwhisper.model.serving import WhisperRecognizer
+    from streamwhisper.streaming.streamer import Streamer
+    from streamwhisper.transcribe import Transcriber
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", type=Path, help="an eval manifest.tsv (default: the shared evaluation set)")
+    parser.add_argument("--category", action="append", help="manifest categories (repeatable; default longform)")
+    parser.add_argument("--limit", type=int, help="at most this many clips per category")
+    parser.add_argument("--unaware", action="store_true", help="computation-unaware: compute takes no time")
+    parser.add_argument("--step", type=float, help="seconds of new audio between recognitions")
+    _add_model_flags(parser)
+    args = parser.parse_args(argv)
+
+    manifest = args.manifest or shared_data_dir() / "eval" / "manifest.tsv"
+    clips: list[Clip] = []
+    for category in args.category or ["longform"]:
+        found = read_manifest(manifest, [category])
+        clips += found[: args.limit] if args.limit else found
+    if not clips:
+        parser.error(f"no clips of {args.category or ['longform']} in {manifest}")
+    config = resolve_config(args)
+    streaming = config.streaming if args.step is None else replace(config.streaming, min_step_s=args.step)
+    model = load_configured_model(config)
+    recognizer = WhisperRecognizer(model)
+    transcriber = Transcriber(model)
+    runs = []
+    for clip in clips:
+        run = stream_file(
+            load_audio(clip.wav), lambda: Streamer(streaming), recognizer, transcriber,
+            aware=not args.unaware, word_key=word_key,
+        )
+        runs.append(run)
+        print(f"{clip.id}: {clip.seconds:.1f}s, compute {run.compute_s:.1f}s, {run.final_words} words", file=sys.stderr)
+    summary = {
+        "mode": "computation-unaware" if args.unaware else "computation-aware",
+        "categories": args.category or ["longform"],
+        **summarize(clips, runs),
+        **machine_summary(model, config.model.name, config.model.compute_type),
+    }
+    print(json.dumps(summary))
+    return 0
+
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    manifest = str(shared_data_dir() / "eval" / "manifest.tsv")
-    if "--manifest" not in args and not any(a.endswith((".wav", ".flac", ".mp3")) for a in args):
-        args = ["--manifest", manifest, *args]
-    if "--category" not in args and "--manifest" in args:
-        args += ["--category", "longform"]
-    sys.exit(main(["bench", "--json", *args]))
+    sys.exit(main())

@@ -1,12 +1,17 @@
-"""``streamwhisper bench``: replay audio through the Streamer with the real model and measure it.
+"""``streamwhisper bench``: how fast streaming runs on this machine, through the daemon's driver.
 
-Computation-aware (the default): audio arrives at real time on a simulated clock that advances by
-the measured compute time of every recognition, so a slow model falls behind exactly as it would
-live (whisper_streaming's simulation). ``--unaware``: compute takes no time (a virtual clock).
+Each file is replayed through a :class:`~streamwhisper.streaming.streamer.Streamer` by the
+synchronous driver (:func:`streamwhisper.runtime.replay.replay`: the daemon's :class:`Pump`, a
+simulated clock), computation-aware by default: compute time delays the transcript as it would
+live. The figures: real-time factor, final and partial latency, and the CPU with the time it
+takes to encode one 30 s window (streaming figures are comparable across machines only with it).
 
 Latency of a word: when it first appeared (partial) or became final, minus the end of its audio.
 Word end times come from the offline transcript's word timestamps (same model), matched to the
 streamed words by sequence alignment; an unmatched word uses its own streamed end time.
+
+Word error rates against reference transcripts are the benchmarks' business
+(``benchmarks/streaming.py`` builds on this module).
 """
 
 from __future__ import annotations
@@ -14,24 +19,33 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import resource
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from .events import Final, Partial
-from .evaluation import Clip, normalize, read_manifest, word_error_rate
+from .events import Event, Final, Partial
+from .runtime.replay import replay
 
-CHUNK_S = 0.1  # audio arrives in 100 ms blocks, as a capture callback or a WebSocket client sends it
+WordKey = Callable[[str], str]
+
+
+def plain_word(word: str) -> str:
+    """A word for matching: lower case, letters and digits only."""
+    return "".join(re.findall(r"\w+", word.lower())) or word.strip().lower()
 
 
 @dataclass
-class ClipRun:
-    clip: Clip
+class StreamRun:
+    """One file streamed: its transcripts and what it cost."""
+
+    seconds: float
     stream_text: str = ""
     offline_text: str = ""
     compute_s: float = 0.0
@@ -41,52 +55,12 @@ class ClipRun:
     final_words: int = 0
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
-
-
-def _word_key(word: str) -> str:
-    return normalize(word) or word.strip().lower()
-
-
-def replay(streamer: Any, recognizer: Any, audio: np.ndarray, aware: bool, chunk_s: float = CHUNK_S) -> tuple[list[tuple[float, Any]], float]:
-    """Feed ``audio`` in real-time blocks; returns ([(emit time, event)], total compute seconds)."""
-    rate = 16_000
-    block = int(chunk_s * rate)
-    n_blocks = -(-len(audio) // block)
-    clock = 0.0
-    fed = 0
-    compute = 0.0
-    timeline: list[tuple[float, Any]] = []
-    flushed = False
-    while True:
-        # unaware: one block at a time, each served at once; aware: what has arrived by now
-        arrived = min(n_blocks, fed + 1) if not aware else min(n_blocks, int(clock / chunk_s + 1e-9))
-        while fed < arrived:
-            fed += 1
-            now = fed * chunk_s if not aware else clock
-            timeline += [(now, e) for e in streamer.feed(audio[(fed - 1) * block : fed * block])]
-        if fed == n_blocks and not flushed:
-            flushed = True
-            timeline += [(max(clock, len(audio) / rate), e) for e in streamer.flush()]
-        request = streamer.pending_request()
-        if request is not None:
-            t0 = time.perf_counter()
-            hypothesis = recognizer.recognize([request])[0]
-            spent = time.perf_counter() - t0
-            compute += spent
-            if aware:
-                clock += spent
-            done_at = clock if aware else fed * chunk_s
-            timeline += [(done_at, e) for e in streamer.complete(hypothesis)]
-            continue
-        if flushed:
-            break
-        clock = max(clock, (fed + 1) * chunk_s) if aware else clock
-    return timeline, compute
-
-
-def score_latency(run: ClipRun, timeline: list[tuple[float, Any]], offline_words: list[tuple[str, float]]) -> None:
+def score_latency(
+    run: StreamRun,
+    timeline: Sequence[tuple[float, Event]],
+    offline_words: Sequence[tuple[str, float]],
+    word_key: WordKey = plain_word,
+) -> None:
     """Fill the run's latencies and revisions from the event timeline."""
     finals: list[tuple[str, float, float]] = []  # (word, audio end, time it became final)
     snapshots: list[tuple[float, list[str]]] = []  # (time, every word shown: committed + partial)
@@ -96,10 +70,10 @@ def score_latency(run: ClipRun, timeline: list[tuple[float, Any]], offline_words
         if isinstance(event, Final):
             for w in event.words:
                 finals.append((w.word, w.end, at))
-                committed.append(_word_key(w.word))
+                committed.append(word_key(w.word))
             shown = list(committed)
         elif isinstance(event, Partial):
-            shown = committed + [_word_key(w.word) for w in event.words]
+            shown = committed + [word_key(w.word) for w in event.words]
         else:
             continue
         # a revision: a word on screen changed in place (not just more words appended)
@@ -107,8 +81,8 @@ def score_latency(run: ClipRun, timeline: list[tuple[float, Any]], offline_words
         shown_before = shown
         snapshots.append((at, shown))
     run.final_words = len(finals)
-    stream_keys = [_word_key(w) for w, _, _ in finals]
-    offline_keys = [_word_key(w) for w, _ in offline_words]
+    stream_keys = [word_key(w) for w, _, _ in finals]
+    offline_keys = [word_key(w) for w, _ in offline_words]
     audio_end = [end for _, end, _ in finals]
     matcher = difflib.SequenceMatcher(a=stream_keys, b=offline_keys, autojunk=False)
     for block in matcher.get_matching_blocks():
@@ -120,31 +94,51 @@ def score_latency(run: ClipRun, timeline: list[tuple[float, Any]], offline_words
         run.partial_latency.append(max(0.0, min(first, final_at) - end))
 
 
-def run_bench(
-    clips: list[Clip],
+def stream_file(
+    audio: np.ndarray,
     make_streamer: Callable[[], Any],
     recognizer: Any,
     transcriber: Any,
-    aware: bool,
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    from .audio.files import load_audio
+    *,
+    aware: bool = True,
+    word_key: WordKey = plain_word,
+) -> StreamRun:
+    """Transcribe ``audio`` offline (for word times), then stream it and score the stream."""
     from .transcribe import TranscribeOptions
 
-    runs: list[ClipRun] = []
-    for clip in clips:
-        audio = load_audio(clip.wav)
-        run = ClipRun(clip)
-        offline = transcriber.transcribe(audio, TranscribeOptions(word_timestamps=True))
-        run.offline_text = offline.text
-        offline_words = [(w.word, w.end) for s in offline.segments for w in (s.words or [])]
-        timeline, run.compute_s = replay(make_streamer(), recognizer, audio, aware)
-        run.stream_text = " ".join(e.text for _, e in timeline if isinstance(e, Final))
-        score_latency(run, timeline, offline_words)
-        runs.append(run)
-        if progress:
-            progress(f"{clip.id}: {clip.seconds:.1f}s, compute {run.compute_s:.1f}s, {run.final_words} words")
-    return summarize(runs, aware)
+    run = StreamRun(len(audio) / 16_000)
+    offline = transcriber.transcribe(audio, TranscribeOptions(word_timestamps=True))
+    run.offline_text = offline.text
+    offline_words = [(w.word, w.end) for s in offline.segments for w in (s.words or [])]
+    result = replay(make_streamer(), recognizer, audio, aware=aware)
+    run.compute_s = result.compute_s
+    run.stream_text = " ".join(e.text for e in result.events if isinstance(e, Final))
+    score_latency(run, result.timeline, offline_words, word_key)
+    return run
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+def rtf(runs: Sequence[StreamRun]) -> float | None:
+    """Compute seconds per second of audio."""
+    seconds = sum(r.seconds for r in runs)
+    return round(sum(r.compute_s for r in runs) / seconds, 4) if seconds else None
+
+
+def latency_summary(runs: Sequence[StreamRun]) -> dict[str, Any]:
+    """Latency percentiles, revision rate and real-time factor of the runs together."""
+    final_lat = [x for r in runs for x in r.final_latency]
+    partial_lat = [x for r in runs for x in r.partial_latency]
+    return {
+        "final_latency_p50": _percentile(final_lat, 50),
+        "final_latency_p95": _percentile(final_lat, 95),
+        "partial_latency_p50": _percentile(partial_lat, 50),
+        "partial_latency_p95": _percentile(partial_lat, 95),
+        "revision_rate": round(sum(r.revisions for r in runs) / max(1, sum(r.final_words for r in runs)), 4),
+        "rtf": rtf(runs),
+    }
 
 
 def cpu_name() -> str:
@@ -161,11 +155,7 @@ def cpu_name() -> str:
 
 
 def encoder_ms(model: Any, runs: int = 5) -> float:
-    """Median milliseconds to encode one 30 s window: how fast this machine is for the model.
-
-    Streaming figures scale with it (a request every step encodes a full window), so a run's
-    figures are comparable with another machine's only alongside it.
-    """
+    """Median milliseconds to encode one 30 s window: how fast this machine is for the model."""
     import torch
 
     mel = torch.zeros(1, model.dims.n_mels, 3000, device=model.device)
@@ -179,106 +169,57 @@ def encoder_ms(model: Any, runs: int = 5) -> float:
     return round(float(np.median(times)), 1)
 
 
-def _rtf(runs: list[ClipRun]) -> float | None:
-    """Compute seconds per second of audio."""
-    seconds = sum(r.clip.seconds for r in runs)
-    return round(sum(r.compute_s for r in runs) / seconds, 4) if seconds else None
-
-
-def summarize(runs: list[ClipRun], aware: bool) -> dict[str, Any]:
-    speech = [r for r in runs if r.clip.category != "nonspeech"]
-    nonspeech = [r for r in runs if r.clip.category == "nonspeech"]
-    final_lat = [x for r in speech for x in r.final_latency]
-    partial_lat = [x for r in speech for x in r.partial_latency]
-    audio_seconds = sum(r.clip.seconds for r in runs)
-    out: dict[str, Any] = {
-        "mode": "computation-aware" if aware else "computation-unaware",
-        "clips": len(runs),
-        "audio_seconds": round(audio_seconds, 2),
-        "wer": round(word_error_rate([r.clip.reference for r in speech], [r.stream_text for r in speech]), 4) if speech else None,
-        "offline_wer": round(word_error_rate([r.clip.reference for r in speech], [r.offline_text for r in speech]), 4) if speech else None,
-        "final_latency_p50": _percentile(final_lat, 50),
-        "final_latency_p95": _percentile(final_lat, 95),
-        "partial_latency_p50": _percentile(partial_lat, 50),
-        "partial_latency_p95": _percentile(partial_lat, 95),
-        "revision_rate": round(sum(r.revisions for r in speech) / max(1, sum(r.final_words for r in speech)), 4),
-        "rtf": _rtf(runs),
+def machine_summary(model: Any, model_name: str, compute_type: str) -> dict[str, Any]:
+    """The model, the CPU, how fast it encodes, and the peak memory of this process."""
+    return {
+        "model": model_name,
+        "compute_type": compute_type,
+        "cpu": cpu_name(),
+        "encoder_ms": encoder_ms(model),
+        # what "default" (mixed) chose on this CPU, timed at load: the figures depend on it
+        "encoder_dtype": str(model.encoder.autocast_dtype or model.dtype).removeprefix("torch."),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
-    if nonspeech:
-        words = sum(len(normalize(r.stream_text).split()) for r in nonspeech)
-        seconds = sum(r.clip.seconds for r in nonspeech)
-        out["nonspeech_words"] = words
-        out["nonspeech_words_per_10min"] = round(words * 600 / seconds, 3)
-        if speech:  # non-speech costs far fewer requests: "rtf" alone would flatter the speech
-            out["speech_rtf"] = _rtf(speech)
-            out["nonspeech_rtf"] = _rtf(nonspeech)
-    for key in ("final_latency_p50", "final_latency_p95", "partial_latency_p50", "partial_latency_p95"):
-        if out[key] is not None:
-            out[key] = round(out[key], 3)
-    return out
 
 
 def add_bench_parser(sub: Any, add_model_flags: Callable[[argparse.ArgumentParser], None]) -> None:
-    b = sub.add_parser("bench", help="replay audio through the streaming pipeline and measure latency and WER")
-    b.add_argument("files", nargs="*", metavar="FILE", help="audio files (no reference: WER against offline)")
+    b = sub.add_parser("bench", help="stream audio files through the pipeline and measure speed and latency")
+    b.add_argument("files", nargs="+", metavar="FILE", help="audio files")
     add_model_flags(b)
-    b.add_argument("--manifest", type=Path, help="an eval manifest.tsv")
-    b.add_argument("--category", action="append", help="manifest categories (repeatable; default longform)")
-    b.add_argument("--limit", type=int, help="at most this many clips per category")
     b.add_argument("--unaware", action="store_true", help="computation-unaware: compute takes no time")
     b.add_argument("--step", type=float, help="seconds of new audio between recognitions")
     b.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def run_bench(args: argparse.Namespace, config: Any, model: Any) -> int:
+    """``streamwhisper bench FILE...`` with the resolved config and the loaded model."""
     from dataclasses import replace
 
-    from .cli import load_configured_model, resolve_config
+    from .audio.files import load_audio
     from .errors import ConfigError
-    from .evaluation import Clip
     from .model.serving import WhisperRecognizer
-    from .transcribe import Transcriber
     from .streaming.streamer import Streamer
+    from .transcribe import Transcriber
 
-    config = resolve_config(args)
-    clips: list[Clip] = []
-    if args.manifest:
-        if not args.manifest.is_file():
-            raise ConfigError(f"{args.manifest}: no such manifest")
-        categories = args.category or ["longform"]
-        for category in categories:
-            found = read_manifest(args.manifest, [category])
-            clips += found[: args.limit] if args.limit else found
     for f in args.files:
         if not Path(f).is_file():
             raise ConfigError(f"{f}: no such file")
-        clips.append(Clip(Path(f).stem, Path(f), 0.0, "", "", "file", "en"))
-    if not clips:
-        raise ConfigError("nothing to replay: give audio files or --manifest")
     streaming = config.streaming if args.step is None else replace(config.streaming, min_step_s=args.step)
-    model = load_configured_model(config)
     recognizer = WhisperRecognizer(model)
     transcriber = Transcriber(model)
-    if any(c.seconds == 0.0 for c in clips):  # plain files: the offline transcript is the reference
-        from .audio.files import load_audio
-
-        clips = [
-            c if c.seconds else replace(c, seconds=len(a := load_audio(c.wav)) / 16000, reference=transcriber.transcribe(a).text)
-            for c in clips
-        ]
-
-    def make_streamer() -> Streamer:
-        return Streamer(streaming, encode_text=recognizer.encode_text)
-
-    log = None if args.json else (lambda line: print(line, file=sys.stderr))
-    summary = run_bench(clips, make_streamer, recognizer, transcriber, aware=not args.unaware, progress=log)
-    summary["model"] = config.model.name
-    summary["compute_type"] = config.model.compute_type
-    summary["cpu"] = cpu_name()
-    summary["encoder_ms"] = encoder_ms(model)
-    # what "default" (mixed) chose on this CPU, timed at load: the figures depend on it
-    summary["encoder_dtype"] = str(model.encoder.autocast_dtype or model.dtype).removeprefix("torch.")
+    runs = []
+    for f in args.files:
+        run = stream_file(load_audio(f), lambda: Streamer(streaming), recognizer, transcriber, aware=not args.unaware)
+        runs.append(run)
+        if not args.json:
+            print(f"{Path(f).name}: {run.seconds:.1f} s, compute {run.compute_s:.1f} s, {run.final_words} words", file=sys.stderr)
+    summary = {
+        "mode": "computation-unaware" if args.unaware else "computation-aware",
+        "files": len(runs),
+        "audio_seconds": round(sum(r.seconds for r in runs), 2),
+        **latency_summary(runs),
+        **machine_summary(model, config.model.name, config.model.compute_type),
+    }
     if args.json:
         print(json.dumps(summary))
     else:

@@ -220,6 +220,13 @@ def cmd_listen(args: argparse.Namespace) -> int:
     return run_listen(options, config, load)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    config = resolve_config(args)
+    return run_bench(args, config, load_configured_model(config))
+
+
 def _run_with_progress(transcriber, audio, options, show: bool, name: str):  # type: ignore[no-untyped-def]
     if not show:
         return transcriber.transcribe(audio, options)
@@ -239,10 +246,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    commands = {"transcribe": cmd_transcribe, "models": cmd_models, "serve": cmd_serve, "listen": cmd_listen}
-    from .bench import cmd_bench
-
-    commands["bench"] = cmd_bench
+    commands = {
+        "transcribe": cmd_transcribe,
+        "models": cmd_models,
+        "serve": cmd_serve,
+        "listen": cmd_listen,
+        "bench": cmd_bench,
+    }
     try:
         return commands[args.command](args)
     except StreamWhisperError as exc:

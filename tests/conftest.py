@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamwhisper.evaluation import Clip, read_manifest
+from benchmarks.scoring import Clip, read_manifest
 from streamwhisper.model.loading import configure_threads
 
 configure_threads()  # as the CLI does: numpy's BLAS single-threaded, the cores to torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import jiwer
 
-from streamwhisper.evaluation import normalize
+from benchmarks.scoring import normalize
 
 
 def missed_words(reference: str, hypothesis: str) -> float:

@@ -30,7 +30,7 @@ from websockets.sync.client import connect as sync_connect
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le, resample
 from streamwhisper.client import stream_file
-from streamwhisper.evaluation import word_error_rate
+from benchmarks.scoring import word_error_rate
 from streamwhisper.runtime.dialects.deepgram import bare_word
 
 JFK = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."

@@ -17,7 +17,7 @@ from conftest import REFERENCE
 
 from streamwhisper.audio.files import load_audio
 from streamwhisper.errors import ConfigError
-from streamwhisper.evaluation import Clip, normalize, word_error_rate
+from benchmarks.scoring import Clip, normalize, word_error_rate
 from streamwhisper.model.decoding import (
     ApplyTimestampRules,
     DecodeOptions,

@@ -12,7 +12,7 @@ import pytest
 from live_server import LiveServer
 from scoring import assert_delivered
 
-from streamwhisper.evaluation import Clip
+from benchmarks.scoring import Clip
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CLEAR_LINE = "\r\x1b[2K"

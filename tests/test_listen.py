@@ -30,7 +30,7 @@ from scoring import assert_delivered
 
 from streamwhisper import cli
 from streamwhisper.audio.convert import resample
-from streamwhisper.evaluation import Clip
+from benchmarks.scoring import Clip
 from streamwhisper.listen import mic
 from streamwhisper.listen.captions import CLEAR_LINE
 from streamwhisper.listen.mic import NO_INPUT_DEVICE, NO_INPUT_DEVICES, MicSource, format_devices, input_devices

@@ -15,7 +15,7 @@ from conftest import REFERENCE
 from streamwhisper.audio.files import load_audio
 from streamwhisper.audio.mel import N_FRAMES, N_SAMPLES, log_mel
 from streamwhisper.errors import ConfigError
-from streamwhisper.evaluation import Clip, word_error_rate
+from benchmarks.scoring import Clip, word_error_rate
 from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
 from streamwhisper.model.loading import bfloat16_pays_off, configure_threads, load_model

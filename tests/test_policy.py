@@ -18,7 +18,8 @@ from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStart
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 from streamwhisper.streaming.policy import CommitPolicy, find_loop, normalize_word, screen
-from streamwhisper.streaming.streamer import Streamer, run_sync
+from streamwhisper.runtime.replay import drive
+from streamwhisper.streaming.streamer import Streamer
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("STREAMWHISPER_REGEN_GOLDEN") == "1"
@@ -479,7 +480,7 @@ def run_scenario(
     streamer = Streamer(config or StreamingConfig(), encode_text=fake_encode, vad=SpanVad(spans))
     recognizer = ScriptedRecognizer(streamer, script)
     audio = np.zeros(int(seconds * 16_000), dtype=np.float32)
-    events = run_sync(streamer, recognizer, [audio[i : i + 1_600] for i in range(0, audio.shape[0], 1_600)])
+    events = drive(streamer, recognizer, [audio[i : i + 1_600] for i in range(0, audio.shape[0], 1_600)])
     assert not recognizer.script, "script not used up"
     assert streamer.finished
     check_invariants(events)

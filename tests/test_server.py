@@ -24,7 +24,7 @@ from websockets.sync.client import connect as sync_connect
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
 from streamwhisper.client import StreamClient, stream_file
-from streamwhisper.evaluation import Clip, normalize, word_error_rate
+from benchmarks.scoring import Clip, normalize, word_error_rate
 
 CLIPS = [
     "en_jfk",

@@ -18,7 +18,7 @@ from websockets.sync.client import connect
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
-from streamwhisper.evaluation import word_error_rate
+from benchmarks.scoring import word_error_rate
 
 LIMIT = 4096  # max_message_bytes of the fuzzed server
 # 1013 too: on a busy machine the healthy stream may lag enough for refusals (overloaded)

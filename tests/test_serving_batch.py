@@ -15,8 +15,8 @@ import pytest
 
 from streamwhisper.audio.files import load_audio
 from streamwhisper.audio.mel import log_mel
-from streamwhisper.bench import replay
-from streamwhisper.evaluation import Clip
+from streamwhisper.runtime.replay import replay
+from benchmarks.scoring import Clip
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.model.serving import RecognizerOptions, WhisperRecognizer

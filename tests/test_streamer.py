@@ -13,7 +13,8 @@ from streamwhisper.errors import AudioFormatError, ConfigError
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
-from streamwhisper.streaming.streamer import RequestWindow, Streamer, run_sync
+from streamwhisper.runtime.replay import drive
+from streamwhisper.streaming.streamer import RequestWindow, Streamer
 
 MAX_RING = 30 * SR
 
@@ -317,7 +318,7 @@ def test_endpoint_request_is_due_at_once_and_marks_the_final() -> None:
     audio[int(0.5 * SR) : int(1.0 * SR)] = 0.3  # 0.5 s of "speech": less than a step
     streamer = Streamer(StreamingConfig(min_step_s=2.0), vad=EnergyVad())
     recognizer = ToneRecognizer()
-    events = run_sync(
+    events = drive(
         streamer,
         recognizer,
         [audio[i : i + 800] for i in range(0, audio.shape[0], 800)],
@@ -332,7 +333,7 @@ def test_endpoint_request_is_due_at_once_and_marks_the_final() -> None:
 def test_flush_finalises_speech_at_the_end_of_the_stream() -> None:
     audio = np.full(int(1.5 * SR), 0.3, dtype=np.float32)
     streamer = Streamer(vad=EnergyVad())
-    events = run_sync(streamer, ToneRecognizer(), [audio])
+    events = drive(streamer, ToneRecognizer(), [audio])
     assert [type(e) for e in events] == [SpeechStarted, Partial, SpeechEnded, Final]
     assert events[-1].endpoint and streamer.finished  # type: ignore[union-attr]
 
@@ -386,7 +387,7 @@ def test_wordless_hypotheses_space_out_the_requests(silent: int) -> None:
     config = StreamingConfig(wordless_after=4, wordless_step_s=2.0, trim_after_s=30.0)
     recognizer = SilentThenSpeaking(silent)
     chunks = [audio[i : i + 1600] for i in range(0, audio.shape[0], 1600)]
-    run_sync(Streamer(config, vad=EnergyVad()), recognizer, chunks, flush=False)
+    drive(Streamer(config, vad=EnergyVad()), recognizer, chunks, flush=False)
     steps = [round(b - a, 1) for a, b in pairwise(recognizer.ends)]
     assert steps[:3] == [0.5, 0.5, 0.5]  # four wordless hypotheses (at 1.5 s, then every 0.5)...
     if silent == 100:

@@ -18,7 +18,7 @@ from conftest import LONG_CLIPS, generated_nonspeech, joined, nonspeech_audio
 
 import streamwhisper.transcribe as transcribe_module
 from streamwhisper.audio.files import load_audio
-from streamwhisper.evaluation import Clip, normalize, word_count, word_error_rate
+from benchmarks.scoring import Clip, normalize, word_count, word_error_rate
 from streamwhisper.model.decoding import compression_ratio
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.tokenizer import get_tokenizer

@@ -13,7 +13,8 @@ from streamwhisper.errors import ConfigError
 from streamwhisper.events import SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.streaming.config import VadConfig
-from streamwhisper.streaming.streamer import Streamer, run_sync
+from streamwhisper.runtime.replay import drive
+from streamwhisper.streaming.streamer import Streamer
 
 
 def chunks(x: np.ndarray, size: int) -> list[np.ndarray]:
@@ -74,7 +75,7 @@ def test_jfk_through_the_streamer_issues_requests_only_in_speech(jfk_audio: np.n
     x = jfk_audio
     streamer = Streamer()
     recognizer = CountingRecognizer()
-    events = run_sync(streamer, recognizer, chunks(x, 3_200))
+    events = drive(streamer, recognizer, chunks(x, 3_200))
     kinds = [type(e) for e in events]
     assert kinds[0] is SpeechStarted and SpeechEnded in kinds
     assert recognizer.requests
@@ -86,7 +87,7 @@ def test_jfk_through_the_streamer_issues_requests_only_in_speech(jfk_audio: np.n
 def test_digital_silence_gives_no_speech_and_no_requests() -> None:
     streamer = Streamer()
     recognizer = CountingRecognizer()
-    events = run_sync(streamer, recognizer, chunks(np.zeros(30 * 16_000, dtype=np.float32), 16_000))
+    events = drive(streamer, recognizer, chunks(np.zeros(30 * 16_000, dtype=np.float32), 16_000))
     assert events == [] and recognizer.requests == []
 
 

@@ -21,7 +21,7 @@ from live_server import LiveServer
 from scoring import assert_delivered
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le
-from streamwhisper.evaluation import Clip, normalize
+from benchmarks.scoring import Clip, normalize
 
 TOKEN = "page-token-123"
 FINALS = "Array.from(document.querySelectorAll('#finals .final')).map(s => s.textContent.trim()).join(' ')"

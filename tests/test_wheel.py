@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from streamwhisper.evaluation import Clip, normalize
+from benchmarks.scoring import Clip, normalize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DATA = [

@@ -107,7 +107,7 @@ class Daemon:
             max_pending=4 * config.server.max_sessions,
             on_batch=self.metrics.observe_batch,
         )
-        self.ctx = ServerContext(config, worker, self.metrics, model_name, asyncio.Event())
+        self.ctx = ServerContext(config.server, config.streaming, worker, self.metrics, model_name, asyncio.Event())
         # path -> a factory of per-session dialects (compatible protocols keep per-session state)
         self._dialects: dict[str, Callable[[], Dialect]] = {
             wire.STREAM_PATH: NativeDialect,

@@ -1,8 +1,8 @@
-"""One task per stream: client messages -> Streamer -> worker -> events -> client.
+"""One task per stream: client messages -> Pump (Streamer, worker) -> events -> client.
 
-A session reads the socket (bounded by the message size limit and TCP backpressure), feeds the
-pure :class:`Streamer`, keeps at most one recognition request at the worker, and queues the
-resulting messages in a bounded :class:`Outbox` that a writer task drains. However it ends (end
+A session reads the socket (bounded by the message size limit and TCP backpressure), feeds its
+:class:`~streamwhisper.runtime.pump.Pump` (the pure :class:`Streamer` and the shared inference
+worker), and queues the resulting messages in a bounded :class:`Outbox` that a writer task drains. However it ends (end
 of stream, finalize, bad input, shutdown, limits) the audio it already received becomes finals
 that are sent before the close, unless the client itself is gone.
 """
@@ -17,70 +17,36 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from streamwhisper.audio.convert import StreamResampler, pcm_to_float32
 from streamwhisper.audio.mel import SAMPLE_RATE
-from streamwhisper.config import Config
+from streamwhisper.config import ServerConfig
 from streamwhisper.errors import AudioFormatError, ProtocolError, StreamWhisperError
-from streamwhisper.events import Event, Final, Partial
-from streamwhisper.model.recognizer import Hypothesis
+from streamwhisper.events import Error, Event, Final, Partial
+from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.streaming.config import StreamingConfig
 from streamwhisper.streaming.streamer import Streamer
 
 from . import wire
+from .dialects import Dialect, SessionInfo
 from .metrics import Metrics
-from .worker import InferenceWorker, WorkerOverloaded
+from .outbox import Outbox
+from .pump import Outcome, Pump
+from .worker import InferenceWorker
 
 logger = logging.getLogger(__name__)
-
-
-class Dialect(Protocol):
-    """How one protocol (native, or a compatible one) reads client text and writes events."""
-
-    name: str
-
-    def settings(self, query: dict[str, str]) -> wire.SessionSettings: ...
-
-    def parse(self, text: str) -> wire.ClientMessage: ...
-
-    def ready(self, session: SessionInfo) -> str | None: ...
-
-    def event(self, event: Event, session: SessionInfo) -> str | None: ...
-
-    def audio(self, session: SessionInfo) -> tuple[str, bool] | None:
-        """An answer to every audio frame (vosk's protocol), and whether a newer one may
-        replace it while unsent; None for protocols that do not answer audio."""
-        ...
-
-    def error(self, code: str, message: str) -> str | None: ...
-
-    def status(self, lag_s: float, step_s: float) -> str | None: ...
-
-    def closed(self, session: SessionInfo, reason: str) -> str | None: ...
-
-
-@dataclass
-class SessionInfo:
-    """What dialects may read about a session."""
-
-    id: str
-    model: str
-    settings: wire.SessionSettings
-    limits: dict[str, Any]
-    audio_seconds: float = 0.0
-    words: int = 0
-    finals: int = 0
 
 
 @dataclass
 class ServerContext:
     """What every session shares: settings, the worker, metrics and the shutdown signal."""
 
-    config: Config
+    server: ServerConfig
+    streaming: StreamingConfig
     worker: InferenceWorker
     metrics: Metrics
     model_name: str
@@ -90,45 +56,6 @@ class ServerContext:
     def mean_lag(self) -> float:
         lags = [s.lag for s in self.sessions]
         return sum(lags) / len(lags) if lags else 0.0
-
-
-class Outbox:
-    """Messages waiting for one client. Bounded; a waiting partial is replaced by a newer one."""
-
-    def __init__(self, limit: int) -> None:
-        self._items: deque[tuple[bool, str]] = deque()
-        self._limit = limit
-        self.peak = 0  # most messages ever waiting
-        self._closed = False
-        self._ready = asyncio.Event()
-        self.overflowed = asyncio.Event()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def put(self, text: str, replaceable: bool = False) -> None:
-        if replaceable and self._items and self._items[-1][0]:
-            self._items[-1] = (True, text)
-            return
-        if len(self._items) >= self._limit:
-            self.overflowed.set()
-            return
-        self._items.append((replaceable, text))
-        self.peak = max(self.peak, len(self._items))
-        self._ready.set()
-
-    def close(self) -> None:
-        """No more messages: :meth:`get` returns None once the queue is empty."""
-        self._closed = True
-        self._ready.set()
-
-    async def get(self) -> str | None:
-        while not self._items:
-            if self._closed:
-                return None
-            self._ready.clear()
-            await self._ready.wait()
-        return self._items.popleft()[1]
 
 
 class _Ended(Exception):
@@ -149,7 +76,7 @@ class Session:
         dialect: Dialect,
     ) -> None:
         self.ws, self.ctx, self.dialect = ws, ctx, dialect
-        server = ctx.config.server
+        server = ctx.server
         self.info = SessionInfo(
             session_id,
             ctx.model_name,
@@ -164,10 +91,8 @@ class Session:
         self._lag = 0.0  # transcript lag measured at the last result
         self._lag_at = 0.0  # when
         self._audio_started = False
-        self._streamer: Streamer | None = None
+        self._pump: Pump | None = None
         self._resampler: StreamResampler | None = None
-        self._inflight: asyncio.Future[Hypothesis] | None = None
-        self._inflight_end = 0.0
         self._finished = asyncio.Event()
         self._gone = False  # the client disconnected: nothing more to deliver
         self._received = 0.0  # seconds of 16 kHz audio fed to the streamer
@@ -180,9 +105,10 @@ class Session:
         (or longer, while one is stuck at the worker); 0 once the session went quiet."""
         now = time.monotonic()
         waiting = 0.0
-        if self._inflight is not None:
-            waiting = now - self._arrival(self._inflight_end)
-        elif self._streamer is None or now - self._lag_at > 2 * self._streamer.step_s + 1.0:
+        pump = self._pump
+        if pump is not None and pump.inflight is not None:
+            waiting = now - self._arrival(pump.inflight.end)
+        elif pump is None or now - self._lag_at > 2 * pump.streamer.step_s + 1.0:
             return 0.0
         return max(self._lag, waiting)
 
@@ -196,7 +122,7 @@ class Session:
         shutdown = asyncio.create_task(self.ctx.shutdown.wait())
         overflow = asyncio.create_task(self.outbox.overflowed.wait())
         waits: set[asyncio.Task[Any]] = {reader, shutdown, overflow}
-        limit = self.ctx.config.server.max_session_s
+        limit = self.ctx.server.max_session_s
         if limit:
             waits.add(asyncio.create_task(asyncio.sleep(limit)))
         try:
@@ -217,8 +143,8 @@ class Session:
         finally:
             for task in waits | {writer}:
                 task.cancel()
-            if self._inflight is not None:
-                self._inflight.cancel()
+            if self._pump is not None:
+                self._pump.close()
 
     def _outcome(
         self, reader: asyncio.Task[None], shutdown: asyncio.Task[Any], overflow: asyncio.Task[Any]
@@ -243,8 +169,8 @@ class Session:
         return "session_too_long", wire.CLOSE_POLICY, error
 
     async def _read_loop(self) -> None:
-        idle = self.ctx.config.server.idle_timeout_s or None
-        limit = self.ctx.config.server.max_message_bytes
+        idle = self.ctx.server.idle_timeout_s or None
+        limit = self.ctx.server.max_message_bytes
         while True:
             try:
                 async with asyncio.timeout(idle):
@@ -279,9 +205,8 @@ class Session:
             self._configure(settings)
             self._send(self.dialect.ready(self.info))
         elif isinstance(message, wire.Finalize):
-            if self._streamer is not None:
-                self._emit(self._streamer.finalize())
-                self._pump()
+            if self._pump is not None:
+                self._pump.finalize()
         elif isinstance(message, wire.Eof):
             return True
         elif isinstance(message, wire.Unknown):
@@ -297,13 +222,14 @@ class Session:
                 "model_not_enabled",
             )
         self.info.settings = settings
-        self._streamer = Streamer(
-            self._streaming_config(settings), encode_text=self.ctx.worker.encode_text, key=self.info.id
-        )
+        if self._pump is not None:
+            self._pump.close()
+        streamer = Streamer(self._streaming_config(settings), key=self.info.id)
+        self._pump = Pump(streamer, self.ctx.worker, self._emit, observer=self, on_finished=self._finished.set)
         self._resampler = StreamResampler(settings.sample_rate)
 
     def _streaming_config(self, settings: wire.SessionSettings) -> StreamingConfig:
-        base = self.ctx.config.streaming
+        base = self.ctx.streaming
         vad = base.vad
         if settings.endpointing_ms is not None:
             vad = dataclasses.replace(vad, endpoint_ms=max(settings.endpointing_ms, vad.frame_ms))
@@ -327,58 +253,33 @@ class Session:
     def _feed(self, samples: Any) -> None:
         if not len(samples):
             return
-        assert self._streamer is not None
+        assert self._pump is not None
         seconds = len(samples) / SAMPLE_RATE
         self._received += seconds
         self.info.audio_seconds = self._received
         self.ctx.metrics.add_audio(seconds)
         self._arrivals.append((self._received, time.monotonic()))
-        self._emit(self._streamer.feed(samples))
-        self._pump()
+        self._pump.feed(samples)
 
-    def _pump(self) -> None:
-        streamer = self._streamer
-        if streamer is None or self._inflight is not None or self._gone:
-            return
-        request = streamer.pending_request()
-        if request is None:
-            if streamer.finished:
-                self._finished.set()
-            return
-        window = streamer.outstanding
-        assert window is not None
-        try:
-            future = self.ctx.worker.submit(request, urgent=window.endpoint)
-        except WorkerOverloaded:
-            self.ctx.metrics.errors.labels("worker_overloaded").inc()
-            self._emit(streamer.abandon())  # the next audio retries; never loops here
-            return
-        self._inflight, self._inflight_end = future, window.end
-        future.add_done_callback(self._on_result)
+    # -- what the pump reports (PumpObserver) --------------------------------------------------
 
-    def _on_result(self, future: asyncio.Future[Hypothesis]) -> None:
-        self._inflight = None
-        streamer = self._streamer
-        if streamer is None or future.cancelled():
-            if streamer is not None:
-                self._emit(streamer.abandon())
-        elif (exc := future.exception()) is not None:
+    def result(self, request: RecognitionRequest, outcome: Outcome) -> None:
+        if isinstance(outcome, Hypothesis):
+            self._adapt(time.monotonic() - self._arrival(request.end))
+        elif outcome is not None:
             self.ctx.metrics.errors.labels("recognition_failed").inc()
-            self._send(self.dialect.error("recognition_failed", f"recognition failed: {type(exc).__name__}"))
-            self._emit(streamer.abandon())
-        else:
-            self._adapt(time.monotonic() - self._arrival(self._inflight_end))
-            self._emit(streamer.complete(future.result()))
-        if not self._gone:
-            self._pump()
+
+    def refused(self, request: RecognitionRequest) -> None:
+        self.ctx.metrics.errors.labels("worker_overloaded").inc()
 
     def _adapt(self, lag: float) -> None:
         """Longer steps (fewer requests, fewer partials) while the transcript lags the audio."""
-        assert self._streamer is not None
+        assert self._pump is not None
+        streamer = self._pump.streamer
         self._lag, self._lag_at = lag, time.monotonic()
-        server, streaming = self.ctx.config.server, self.ctx.config.streaming
+        server, streaming = self.ctx.server, self.ctx.streaming
         high = min(server.max_step_s, streaming.max_window_s - streaming.force_commit_s)
-        step = self._streamer.step_s
+        step = streamer.step_s
         # Only a saturated worker is overload; a lag of a batch or two on an idle one is not,
         # and longer steps would only add latency there.
         if lag > server.degrade_lag_s and self.ctx.worker.stats.utilization() > 0.9:
@@ -389,7 +290,7 @@ class Session:
             new = step
         now = time.monotonic()
         if new != step or (lag > server.degrade_lag_s and now - self._last_status > 5.0):
-            self._streamer.step_s = new
+            streamer.step_s = new
             self._last_status = now
             self._send(self.dialect.status(lag, new))
 
@@ -402,18 +303,17 @@ class Session:
         return arrivals[min(i, len(arrivals) - 1)][1]
 
     async def _drain(self) -> None:
-        """Turn every sample received into finals: flush the streamer and serve its requests."""
-        streamer = self._streamer
-        if streamer is None:
+        """Turn every sample received into finals: flush the pump and wait for its requests."""
+        pump = self._pump
+        if pump is None:
             return
         if self._resampler is not None:
             with contextlib.suppress(StreamWhisperError):
                 self._feed(self._resampler.flush())
-        self._emit(streamer.flush())
-        self._pump()
-        if not streamer.finished:
+        pump.flush()
+        if not pump.finished:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.ctx.config.server.shutdown_timeout_s):
+                async with asyncio.timeout(self.ctx.server.shutdown_timeout_s):
                     await self._finished.wait()
 
     # -- output ---------------------------------------------------------------------------------
@@ -421,6 +321,9 @@ class Session:
     def _emit(self, events: list[Event]) -> None:
         now = time.monotonic()
         for event in events:
+            if isinstance(event, Error):
+                self._send(self.dialect.error(event.code, event.message))
+                continue
             if isinstance(event, (Partial, Final)) and event.words:
                 latency = max(now - self._arrival(event.end), 0.0)
                 if isinstance(event, Final):
@@ -444,4 +347,4 @@ class Session:
         """Let the writer send what is queued (the last message is ``closed``), then stop it."""
         self.outbox.close()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(writer), self.ctx.config.server.shutdown_timeout_s)
+            await asyncio.wait_for(asyncio.shield(writer), self.ctx.server.shutdown_timeout_s)

@@ -1,12 +1,12 @@
 """InferenceWorker: the one thread that owns the model.
 
-Sessions submit :class:`RecognitionRequest` objects from the event loop and get an
-``asyncio.Future`` back. The worker thread takes every waiting request (endpoint requests
-first, then oldest first, at most ``max_batch``), runs them through the recogniser as one batch
-(one encoder call, decoder steps batched across the requests) and resolves the futures on the
-loop with ``call_soon_threadsafe``. Each session has at most one request outstanding, so no
-session waits for more than one batch ahead of it and the queue never holds more than one
-request per session (``max_pending`` bounds it anyway).
+The scheduler of every :class:`~streamwhisper.runtime.pump.Pump` in the process. Pumps submit
+:class:`RecognitionRequest` objects from the event loop with a ``done`` callback. The worker thread
+takes every waiting request (endpoint requests first, then oldest first, at most ``max_batch``),
+runs them through the recogniser as one batch (one encoder call, decoder steps batched across the
+requests) and calls each ``done`` on the submitting loop with ``call_soon_threadsafe``. A pump has
+at most one request outstanding, so no stream waits for more than one batch ahead of it and the
+queue never holds more than one request per stream (``max_pending`` bounds it anyway).
 """
 
 from __future__ import annotations
@@ -23,21 +23,24 @@ from dataclasses import dataclass, field
 from streamwhisper.model.memory import release_free_memory
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest, Recognizer
 
+from .pump import Done, Outcome, SchedulerFull
+
 logger = logging.getLogger(__name__)
 
 TRIM_EVERY_S = 30.0
-
-
-class WorkerOverloaded(RuntimeError):
-    """The queue is full; the request was not taken."""
 
 
 @dataclass(order=True)
 class _Job:
     rank: tuple[int, int]  # (0 for endpoint requests, 1 otherwise; arrival number)
     request: RecognitionRequest = field(compare=False)
-    future: asyncio.Future[Hypothesis] = field(compare=False)
+    done: Done = field(compare=False)
+    loop: asyncio.AbstractEventLoop = field(compare=False)
     submitted: float = field(compare=False, default=0.0)
+    cancelled: bool = field(compare=False, default=False)
+
+    def cancel(self) -> None:
+        self.cancelled = True  # read by the worker thread; a bool flip needs no lock
 
 
 @dataclass
@@ -63,7 +66,7 @@ class InferenceWorker:
     Args:
         recognizer: the model behind the Recognizer seam; used only from the worker thread.
         max_batch: most requests per batch.
-        max_pending: most requests waiting; more raise :class:`WorkerOverloaded`.
+        max_pending: most requests waiting; more raise :class:`SchedulerFull`.
         on_batch: called on the worker thread after each batch with (size, seconds, waits).
     """
 
@@ -86,10 +89,6 @@ class InferenceWorker:
         self._thread: threading.Thread | None = None
         self.stats = WorkerStats()
 
-    def encode_text(self, text: str) -> list[int]:
-        # tiktoken encoding is thread-safe and pure; sessions call it on the loop for prompts
-        return self._recognizer.encode_text(text)
-
     @property
     def pending(self) -> int:
         return len(self._queue)
@@ -99,29 +98,29 @@ class InferenceWorker:
             self._thread = threading.Thread(target=self._run, name="streamwhisper-inference", daemon=True)
             self._thread.start()
 
-    def submit(self, request: RecognitionRequest, *, urgent: bool = False) -> asyncio.Future[Hypothesis]:
-        """Queue a request (on the event loop); its future resolves on the loop."""
+    def submit(self, request: RecognitionRequest, done: Done) -> _Job:
+        """Queue a request (on the event loop); ``done`` is called on that loop with its outcome."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Hypothesis] = loop.create_future()
         with self._cond:
             if self._stopping:
-                raise WorkerOverloaded("the inference worker is stopping")
+                raise SchedulerFull("the inference worker is stopping")
             if len(self._queue) >= self._max_pending:
-                raise WorkerOverloaded(f"{len(self._queue)} requests waiting")
+                raise SchedulerFull(f"{len(self._queue)} requests waiting")
             self._counter += 1
-            self._queue.append(_Job((0 if urgent else 1, self._counter), request, future, time.monotonic()))
+            job = _Job((0 if request.endpoint else 1, self._counter), request, done, loop, time.monotonic())
+            self._queue.append(job)
             self._cond.notify()
-        return future
+        return job
 
     async def stop(self) -> None:
-        """Finish the batch under way, fail what is still queued, and join the thread."""
+        """Finish the batch under way, drop what is still queued (``done(None)``), join the thread."""
         with self._cond:
             self._stopping = True
             left, self._queue = self._queue, []
             self._cond.notify()
         for job in left:
-            if not job.future.done():
-                job.future.cancel()
+            if not job.cancelled:
+                job.done(None)
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
             self._thread = None
@@ -142,7 +141,7 @@ class InferenceWorker:
             if time.monotonic() - trimmed > TRIM_EVERY_S:  # windows of many sizes come and go:
                 release_free_memory()  # keep the allocator's free pages from piling up
                 trimmed = time.monotonic()
-            live = [job for job in batch if not job.future.cancelled()]
+            live = [job for job in batch if not job.cancelled]
             if not live:
                 continue
             began = time.monotonic()
@@ -161,16 +160,11 @@ class InferenceWorker:
             if self._on_batch is not None:
                 self._on_batch(len(live), took, [began - j.submitted for j in live])
             for i, job in enumerate(live):
-                loop = job.future.get_loop()
-                outcome = results if isinstance(results, BaseException) else results[i]
+                outcome: Outcome = results if isinstance(results, BaseException) else results[i]
                 with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                    loop.call_soon_threadsafe(_resolve, job.future, outcome)
+                    job.loop.call_soon_threadsafe(_deliver, job, outcome)
 
 
-def _resolve(future: asyncio.Future[Hypothesis], outcome: Hypothesis | BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
+def _deliver(job: _Job, outcome: Outcome) -> None:
+    if not job.cancelled:
+        job.done(outcome)

@@ -24,7 +24,6 @@ Whisper normalises a window cut from a file.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +33,7 @@ from streamwhisper.audio.ring import RingBuffer
 from streamwhisper.audio.vad import SpeechBoundary, SpeechDetector, Vad, WebRtcVad
 from streamwhisper.errors import AudioFormatError
 from streamwhisper.events import Event, Final, SpeechEnded, SpeechStarted
-from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest, Recognizer
+from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 
 from .config import StreamingConfig
 from .policy import WINDOW_SLACK_S, CommitPolicy, EncodeText
@@ -411,22 +410,3 @@ class _Inflight:
     endpoint: bool
     prefixed: bool = False  # decoded after the committed words in its window
     speech_goes_on: bool = False  # a forced endpoint inside speech (see finalize)
-
-
-def run_sync(
-    streamer: Streamer, recognizer: Recognizer, chunks: Iterable[np.ndarray], *, flush: bool = True
-) -> list[Event]:
-    """Feed every chunk and run each request at once (tests, benchmarks, offline replay)."""
-    events: list[Event] = []
-
-    def serve() -> None:
-        while (request := streamer.pending_request()) is not None:
-            events.extend(streamer.complete(recognizer.recognize([request])[0]))
-
-    for chunk in chunks:
-        events.extend(streamer.feed(chunk))
-        serve()
-    if flush:
-        events.extend(streamer.flush())
-        serve()
-    return events

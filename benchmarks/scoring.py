@@ -1,4 +1,8 @@
-"""Scoring transcripts: the eval manifest, Whisper's English normaliser and word error rate."""
+"""Scoring transcripts for the benchmarks: the eval manifest, Whisper's English normaliser and word error rate.
+
+Only the benchmarks use it: jiwer and whisper-normalizer are benchmark dependencies
+(the ``bench`` extra: ``pip install -e '.[bench]'``), not the package's.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,163 @@
+"""The driver: moves one stream's recognition requests from its Streamer to a scheduler and back.
+
+Every way audio reaches the streaming core goes through a :class:`Pump`: a daemon session (the
+:class:`~streamwhisper.runtime.worker.InferenceWorker` as scheduler), the ``listen`` app (the same
+worker, for one stream) and ``bench`` (:mod:`streamwhisper.runtime.replay`, a synchronous
+scheduler on a clock of its own). So what the benchmark measures is the loop the daemon runs.
+
+The pump keeps at most one request of its stream at the scheduler. Whenever audio arrives, the
+stream is finalised or flushed, or a result comes back, it asks the Streamer for the request that
+is due and submits it. A result goes back to the Streamer (:meth:`Streamer.complete`); a failed,
+dropped or refused request is abandoned (its audio is covered by the next one, an endpoint
+request closes its utterance from what was heard before). The pump itself has no clock and no
+event loop: the scheduler decides where and when a request runs and calls ``done`` with its
+outcome (on the event loop, for the worker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from streamwhisper.events import Error, Event
+from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
+from streamwhisper.streaming.streamer import Streamer
+
+# What became of a request: its hypothesis, the exception recognition raised, or None when the
+# scheduler dropped it unrun (shutting down, or the session went away).
+Outcome = Hypothesis | BaseException | None
+Done = Callable[[Outcome], None]
+
+
+class SchedulerFull(RuntimeError):
+    """The scheduler cannot take the request now (its queue is full, or it is stopping)."""
+
+
+class Job(Protocol):
+    """A submitted request."""
+
+    def cancel(self) -> None:
+        """Drop the request if it has not run yet (``done`` is then never called)."""
+        ...
+
+
+class Scheduler(Protocol):
+    """Where requests run: ``submit`` takes one, and ``done`` is called once with its outcome."""
+
+    def submit(self, request: RecognitionRequest, done: Done) -> Job:
+        """Queue ``request``; raises :class:`SchedulerFull` when it cannot."""
+        ...
+
+
+class PumpObserver(Protocol):
+    """What a pump reports besides events (metrics and load adaptation hook in here)."""
+
+    def result(self, request: RecognitionRequest, outcome: Outcome) -> None: ...
+
+    def refused(self, request: RecognitionRequest) -> None: ...
+
+
+class Pump:
+    """One stream's driver.
+
+    Args:
+        streamer: the stream's pure core.
+        scheduler: where its requests run.
+        on_events: receives every event, in order, as it is produced.
+        observer: told of each result and refusal before its events are handed on.
+        on_finished: called once, when :attr:`finished` becomes true.
+    """
+
+    def __init__(
+        self,
+        streamer: Streamer,
+        scheduler: Scheduler,
+        on_events: Callable[[list[Event]], None],
+        observer: PumpObserver | None = None,
+        on_finished: Callable[[], None] | None = None,
+    ) -> None:
+        self.streamer = streamer
+        self._scheduler = scheduler
+        self._on_events = on_events
+        self._observer = observer
+        self._on_finished = on_finished
+        self._inflight: RecognitionRequest | None = None
+        self._job: Job | None = None
+        self._ticket = 0  # numbers submissions, so a late outcome of a dropped request is ignored
+        self._closed = False
+
+    @property
+    def inflight(self) -> RecognitionRequest | None:
+        """The request at the scheduler, if any."""
+        return self._inflight
+
+    @property
+    def finished(self) -> bool:
+        """True once the stream was flushed and every request it needed has come back."""
+        return self.streamer.finished
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Audio arrived (16 kHz float samples)."""
+        if len(samples):
+            self._emit(self.streamer.feed(samples))
+            self._advance()
+
+    def finalize(self) -> None:
+        """The client says the utterance ended here (see :meth:`Streamer.finalize`)."""
+        self._emit(self.streamer.finalize())
+        self._advance()
+
+    def flush(self) -> None:
+        """End of the stream: what was heard becomes finals as its requests come back."""
+        self._emit(self.streamer.flush())
+        self._advance()
+
+    def close(self) -> None:
+        """Stop driving: the request at the scheduler is cancelled and nothing more submitted."""
+        self._closed = True
+        if self._job is not None:
+            self._job.cancel()
+        self._inflight = self._job = None
+
+    def _advance(self) -> None:
+        """Submit the request that is due, if none is at the scheduler."""
+        while not self._closed and self._inflight is None:
+            request = self.streamer.pending_request()
+            if request is None:
+                if self.streamer.finished and self._on_finished is not None:
+                    on_finished, self._on_finished = self._on_finished, None
+                    on_finished()
+                return
+            self._ticket += 1
+            ticket = self._ticket
+            self._inflight = request
+            try:
+                self._job = self._scheduler.submit(request, lambda outcome: self._done(ticket, outcome))
+            except SchedulerFull:
+                self._inflight = None
+                if self._observer is not None:
+                    self._observer.refused(request)
+                self._emit(self.streamer.abandon())
+                return  # the next audio, finalize or flush retries: never loops here
+
+    def _done(self, ticket: int, outcome: Outcome) -> None:
+        request = self._inflight
+        if self._closed or request is None or ticket != self._ticket:
+            return
+        self._inflight = self._job = None
+        if self._observer is not None:
+            self._observer.result(request, outcome)
+        if isinstance(outcome, Hypothesis):
+            self._emit(self.streamer.complete(outcome))
+        else:
+            if outcome is not None:
+                failure = f"recognition failed: {type(outcome).__name__}"
+                self._emit([Error("recognition_failed", failure)])
+            self._emit(self.streamer.abandon())
+        self._advance()
+
+    def _emit(self, events: list[Event]) -> None:
+        if events:
+            self._on_events(events)

@@ -1,0 +1,172 @@
+"""The synchronous driver: audio replayed through a :class:`Pump` on a clock the caller controls.
+
+``bench``, the benchmarks and the tests run a stream the way the daemon does (the same
+:class:`~streamwhisper.runtime.pump.Pump` decides when a request is due, submits it, completes or
+abandons it), with an :class:`InlineScheduler` in place of the inference thread: it runs each
+request when the driver takes it, one at a time.
+
+:func:`replay` feeds audio in blocks as a client sends it, on a simulated clock:
+
+* computation-aware (``aware=True``): audio arrives in real time and every recognition advances
+  the clock by its compute time as measured by ``timer`` (``time.perf_counter`` by default; a
+  test passes a fake), so a slow model falls behind exactly as it would live
+  (whisper_streaming's simulation). Audio that arrives while a request runs is fed before its
+  result is delivered, as the daemon's event loop receives it while the worker computes.
+* computation-unaware (``aware=False``): recognition takes no time; each block's requests are
+  served before the next block arrives.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamwhisper.events import Event
+from streamwhisper.model.recognizer import RecognitionRequest, Recognizer
+from streamwhisper.streaming.streamer import Streamer
+
+from .pump import Done, Pump
+
+SAMPLE_RATE = 16_000
+CHUNK_S = 0.1  # audio arrives in 100 ms blocks, as a capture callback or a WebSocket client sends it
+
+
+@dataclass
+class _InlineJob:
+    request: RecognitionRequest
+    done: Done
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class InlineScheduler:
+    """Holds submitted requests until the driver runs them (:meth:`run_next`), in order."""
+
+    def __init__(self, recognizer: Recognizer, timer: Callable[[], float] = time.perf_counter) -> None:
+        self._recognizer = recognizer
+        self._timer = timer
+        self._queue: deque[_InlineJob] = deque()
+
+    def submit(self, request: RecognitionRequest, done: Done) -> _InlineJob:
+        job = _InlineJob(request, done)
+        self._queue.append(job)
+        return job
+
+    def run_next(self, before_done: Callable[[float], None] | None = None) -> bool:
+        """Run the oldest waiting request; False when none waits.
+
+        ``before_done`` gets the seconds the recognition took (on ``timer``) before the result
+        is delivered: the driver advances its clock there.
+        """
+        while self._queue:
+            job = self._queue.popleft()
+            if job.cancelled:
+                continue
+            began = self._timer()
+            hypothesis = self._recognizer.recognize([job.request])[0]
+            if before_done is not None:
+                before_done(self._timer() - began)
+            job.done(hypothesis)
+            return True
+        return False
+
+
+@dataclass
+class Replay:
+    """What a replay produced: each event with the (simulated) time it was emitted."""
+
+    timeline: list[tuple[float, Event]] = field(default_factory=list)
+    compute_s: float = 0.0  # seconds spent recognising, on the timer
+
+    @property
+    def events(self) -> list[Event]:
+        return [event for _, event in self.timeline]
+
+
+class _Run:
+    """One replay: the pump, the scheduler and the simulated clock."""
+
+    def __init__(self, streamer: Streamer, recognizer: Recognizer, timer: Callable[[], float]) -> None:
+        self.out = Replay()
+        self.now = 0.0  # the time events emitted now are stamped with
+        self.scheduler = InlineScheduler(recognizer, timer)
+        self.pump = Pump(streamer, self.scheduler, self._record)
+
+    def _record(self, events: list[Event]) -> None:
+        self.out.timeline.extend((self.now, event) for event in events)
+
+    def feed(self, samples: np.ndarray, at: float) -> None:
+        self.now = at
+        self.pump.feed(samples)
+
+    def flush(self, at: float) -> None:
+        self.now = at
+        self.pump.flush()
+
+
+def replay(
+    streamer: Streamer,
+    recognizer: Recognizer,
+    audio: np.ndarray,
+    *,
+    aware: bool = True,
+    chunk_s: float = CHUNK_S,
+    timer: Callable[[], float] = time.perf_counter,
+) -> Replay:
+    """Stream ``audio`` (16 kHz float) through ``streamer`` and ``recognizer``; see the module doc."""
+    run = _Run(streamer, recognizer, timer)
+    block = int(chunk_s * SAMPLE_RATE)
+    n_blocks = -(-len(audio) // block)
+    clock = 0.0
+    fed = 0
+    flushed = False
+
+    def arrive(upto: int) -> None:
+        nonlocal fed
+        while fed < min(upto, n_blocks):
+            fed += 1
+            run.feed(audio[(fed - 1) * block : fed * block], fed * chunk_s)
+
+    def spend(seconds: float) -> None:
+        nonlocal clock
+        run.out.compute_s += seconds
+        if aware:
+            clock += seconds
+            arrive(int(clock / chunk_s + 1e-9))  # audio heard while the request ran
+            run.now = clock
+        else:
+            run.now = fed * chunk_s
+
+    while True:
+        arrive(int(clock / chunk_s + 1e-9) if aware else fed + 1)
+        if fed == n_blocks and not flushed:
+            flushed = True
+            run.flush(max(clock, len(audio) / SAMPLE_RATE))
+        if run.scheduler.run_next(spend):
+            continue
+        if flushed:
+            return run.out
+        if aware:
+            clock = max(clock, (fed + 1) * chunk_s)
+
+
+def drive(
+    streamer: Streamer, recognizer: Recognizer, chunks: Iterable[np.ndarray], *, flush: bool = True
+) -> list[Event]:
+    """Feed every chunk and serve each request before the next chunk (computation-unaware)."""
+    run = _Run(streamer, recognizer, time.perf_counter)
+    for chunk in chunks:
+        run.feed(chunk, 0.0)
+        while run.scheduler.run_next():
+            pass
+    if flush:
+        run.flush(0.0)
+        while run.scheduler.run_next():
+            pass
+    return run.out.events
