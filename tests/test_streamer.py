@@ -14,7 +14,7 @@ from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStart
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 from streamwhisper.runtime.replay import drive
-from streamwhisper.streaming.streamer import RequestWindow, Streamer
+from streamwhisper.streaming.streamer import Streamer
 
 MAX_RING = 30 * SR
 
@@ -144,7 +144,7 @@ def test_committed_words_stay_in_the_window_as_a_forced_prefix_until_it_is_trim_
     streamer = Streamer(config, vad=EnergyVad(), encode_text=recognizer.encode_text)
     committed: list[Word] = []
     # (window, request, words committed before it, audio fed when it completed)
-    log: list[tuple[RequestWindow, RecognitionRequest, tuple[Word, ...], float]] = []
+    log: list[tuple[RecognitionRequest, RecognitionRequest, tuple[Word, ...], float]] = []
     events: list[Event] = []
 
     def serve() -> None:

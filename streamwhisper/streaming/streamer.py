@@ -5,14 +5,10 @@ VAD -> ring buffer -> (when a request is due) incremental log-mel -> :class:`Rec
 the caller runs the recogniser (batched across streams, on its own thread) and hands each
 :class:`Hypothesis` back to :meth:`Streamer.complete`, which runs the commit policy.
 
-Driving it::
-
-    events = streamer.feed(samples)           # as audio arrives
-    request = streamer.pending_request()      # None, or the one request to run now
-    ...                                       # recognizer.recognize([request, ...])
-    events += streamer.complete(hypothesis)   # the hypothesis of that request
-    events += streamer.flush()                # end of stream; then serve requests until
-                                              # streamer.finished
+The runtime's :class:`~streamwhisper.runtime.pump.Pump` drives it: :meth:`feed` as audio
+arrives, :meth:`pending_request` for the request due now (it carries its window and whether it
+is an endpoint), :meth:`complete` or :meth:`abandon` when that request returns, :meth:`flush` at
+the end of the stream until :attr:`finished`.
 
 At most one request per stream is outstanding; a new one is due once ``step_s`` of new audio
 arrived in an utterance, and at once when the VAD ends the utterance (the endpoint request
@@ -47,15 +43,6 @@ def _align_down(sample: int) -> int:
 
 def _align_up(sample: int) -> int:
     return -(-sample // HOP_LENGTH) * HOP_LENGTH
-
-
-@dataclass(frozen=True, slots=True)
-class RequestWindow:
-    """The audio an outstanding request covers, in seconds on the audio clock."""
-
-    start: float
-    end: float
-    endpoint: bool  # the request finalises its utterance
 
 
 class Streamer:
@@ -127,10 +114,9 @@ class Streamer:
         return self._detector.speaking
 
     @property
-    def outstanding(self) -> RequestWindow | None:
-        """The window of the request handed out and not yet completed, if any."""
-        f = self._inflight
-        return None if f is None else RequestWindow(f.start / SAMPLE_RATE, f.end / SAMPLE_RATE, f.endpoint)
+    def outstanding(self) -> RecognitionRequest | None:
+        """The request handed out and not yet completed, if any."""
+        return None if self._inflight is None else self._inflight.request
 
     @property
     def finished(self) -> bool:
@@ -240,7 +226,7 @@ class Streamer:
             endpoint=endpoint,
         )
         self._inflight = _Inflight(
-            start * HOP_LENGTH, end * HOP_LENGTH, endpoint, bool(prefix), endpoint and self._speech_goes_on
+            request, start * HOP_LENGTH, end * HOP_LENGTH, endpoint, bool(prefix), endpoint and self._speech_goes_on
         )
         self._last_request_end = end * HOP_LENGTH
         if endpoint:
@@ -405,6 +391,7 @@ class Streamer:
 
 @dataclass(frozen=True, slots=True)
 class _Inflight:
+    request: RecognitionRequest
     start: int  # samples, hop-aligned
     end: int
     endpoint: bool
