@@ -7,6 +7,7 @@ normaliser. Prints one JSON object per run. Figures, never asserts.
     .venv/bin/python benchmarks/streaming.py                          # longform, default settings
     .venv/bin/python benchmarks/streaming.py --category read_en --category nonspeech
     .venv/bin/python benchmarks/streaming.py --unaware --step 0.5
+    .venv/bin/python benchmarks/streaming.py --category conversation_test   # benchmarks/conversation.py
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import conversation  # noqa: E402
 from benchmarks._common import shared_data_dir  # noqa: E402
 from benchmarks.scoring import Clip, normalize, read_manifest, word_error_rate  # noqa: E402
 
@@ -78,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     manifest = args.manifest or shared_data_dir() / "eval" / "manifest.tsv"
     clips: list[Clip] = []
     for category in args.category or ["longform"]:
-        found = read_manifest(manifest, [category])
+        source = conversation.build(manifest) if category in conversation.CATEGORIES else manifest
+        found = read_manifest(source, [category])
         clips += found[: args.limit] if args.limit else found
     if not clips:
         parser.error(f"no clips of {args.category or ['longform']} in {manifest}")
