@@ -269,7 +269,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ]
 
     def make_streamer() -> Streamer:
-        return Streamer(streaming, encode_text=recognizer.encode_text)
+        return Streamer(streaming)
 
     log = None if args.json else (lambda line: print(line, file=sys.stderr))
     summary = run_bench(clips, make_streamer, recognizer, transcriber, aware=not args.unaware, progress=log)

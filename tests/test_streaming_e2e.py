@@ -28,7 +28,7 @@ def model() -> Whisper:
 
 def stream(model: Whisper, audio: np.ndarray) -> list[object]:
     recognizer = WhisperRecognizer(model)
-    timeline, _ = replay(Streamer(encode_text=recognizer.encode_text), recognizer, audio, aware=False)
+    timeline, _ = replay(Streamer(), recognizer, audio, aware=False)
     return [event for _, event in timeline]
 
 
@@ -61,7 +61,7 @@ def test_a_lagging_worker_loses_no_word(model: Whisper, clips: dict[str, Clip]) 
     "can do for you", the decoder said only "for your country" (a CI run caught it)."""
     clip = clips["en_jfk"]
     recognizer = WhisperRecognizer(model)
-    streamer = Streamer(encode_text=recognizer.encode_text)
+    streamer = Streamer()
     audio = load_audio(clip.wav)
     served_at = {8, 82, 87, 102}  # tenths of a second of audio received
     events: list[object] = []

@@ -51,7 +51,7 @@ class LocalRecognition:
 
     def __init__(self, recognizer: Recognizer, config: StreamingConfig, on_event: EventSink) -> None:
         self._worker = InferenceWorker(recognizer, max_batch=1, max_pending=4)
-        self._streamer = Streamer(config, encode_text=recognizer.encode_text, key="listen")
+        self._streamer = Streamer(config, key="listen")
         self._on_event = on_event
         self._inflight: asyncio.Future[Hypothesis] | None = None
         self._finished = asyncio.Event()

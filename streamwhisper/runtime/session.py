@@ -297,9 +297,7 @@ class Session:
                 "model_not_enabled",
             )
         self.info.settings = settings
-        self._streamer = Streamer(
-            self._streaming_config(settings), encode_text=self.ctx.worker.encode_text, key=self.info.id
-        )
+        self._streamer = Streamer(self._streaming_config(settings), key=self.info.id)
         self._resampler = StreamResampler(settings.sample_rate)
 
     def _streaming_config(self, settings: wire.SessionSettings) -> StreamingConfig:

@@ -86,10 +86,6 @@ class InferenceWorker:
         self._thread: threading.Thread | None = None
         self.stats = WorkerStats()
 
-    def encode_text(self, text: str) -> list[int]:
-        # tiktoken encoding is thread-safe and pure; sessions call it on the loop for prompts
-        return self._recognizer.encode_text(text)
-
     @property
     def pending(self) -> int:
         return len(self._queue)
