@@ -42,9 +42,6 @@ class Recording:
         self.requests.extend(requests)
         return self.inner.recognize(requests)
 
-    def encode_text(self, text: str) -> list[int]:
-        return self.inner.encode_text(text)
-
 
 def streamed_requests(recognizer, clips: list[np.ndarray]) -> list:  # type: ignore[no-untyped-def]
     from streamwhisper.runtime.replay import replay
@@ -52,7 +49,7 @@ def streamed_requests(recognizer, clips: list[np.ndarray]) -> list:  # type: ign
 
     recording = Recording(recognizer)
     for audio in clips:
-        replay(Streamer(encode_text=recognizer.encode_text), recording, audio, aware=False)
+        replay(Streamer(), recording, audio, aware=False)
     return recording.requests
 
 
@@ -88,7 +85,8 @@ def main() -> None:
             args.requests.write_bytes(pickle.dumps(pick))
     secs = [r.mel.shape[-1] / 100 for r in pick]
     print(f"{len(pick)} requests: windows {min(secs):.1f}-{max(secs):.1f} s, "
-          f"{sum(bool(r.prompt) for r in pick)} with a prompt, {sum(bool(r.prefix) for r in pick)} with a prefix")
+          f"{sum(bool(r.prompt_text) for r in pick)} with a prompt, "
+          f"{sum(bool(r.prefix_text) for r in pick)} with a prefix")
     recognizer.recognize(pick[:4])  # warm-up
     print(f"{'batch':>5} {'median s':>9} {'ms/request':>10} {'min s':>7}")
     for n in sizes:

@@ -5,7 +5,7 @@ Public API (imported lazily, so ``import streamwhisper`` loads neither torch nor
     load_model(name="tiny.en", device="cpu", compute_type="default") -> Whisper
     Transcriber(model).transcribe(audio, TranscribeOptions(...)) -> TranscriptionResult
     WhisperRecognizer(model)                 # the model behind the streaming seam
-    Streamer(config, encode_text=...)        # the pure streaming core
+    Streamer(config)                         # the pure streaming core
     load_audio(path) -> np.ndarray           # any common audio file, 16 kHz mono float32
     load_config(path, env, overrides) -> Config
 """

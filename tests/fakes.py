@@ -1,11 +1,12 @@
-"""Test doubles shared by the streaming tests: scripted VADs, recognisers and synthetic speech.
+"""Test doubles shared by the streaming tests: scripted VADs, recognisers, synthetic speech,
+and the settings and event summary the screening and agreement tests share.
 
-Both recognisers honour a request's forced ``prefix`` the way the real one does: the prefix
+Both recognisers honour a request's forced prefix the way the real one does: the prefix
 holds the committed words still inside the window, and the hypothesis holds only the words
-heard after them. Their ``encode_text`` maps each word to exactly one token, so the prefix
-length is the number of committed words; each fake checks that those words are the ones it
-hears at the start of the window (the Streamer must never send a prefix that does not match
-the audio).
+heard after them. Like the real one, they encode the request's text themselves
+(:meth:`RecognitionRequest.with_tokens`), each word to exactly one token, so the prefix length
+is the number of committed words; each fake checks that those words are the ones it hears at
+the start of the window (the Streamer must never send a prefix that does not match the audio).
 """
 
 from __future__ import annotations
@@ -17,11 +18,17 @@ from typing import Any
 import numpy as np
 
 from streamwhisper.audio.mel import mel_filters
+from streamwhisper.events import Event, Final, Partial
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
-from streamwhisper.streaming.policy import CLAUSE_END_PUNCTUATION
+from streamwhisper.streaming.agreement import CLAUSE_END_PUNCTUATION
+from streamwhisper.streaming.config import PolicyConfig
 from streamwhisper.streaming.streamer import Streamer
 
 SR = 16_000
+
+# The agreement mechanics alone: any window may commit, and a word only needs to end two of
+# Whisper's 20 ms steps before its window's end (the defaults are stricter; see their tests).
+AGREEMENT = PolicyConfig(commit_margin_s=0.04, min_commit_window_s=0.0)
 
 # --- hypotheses on the absolute clock ----------------------------------------------------------
 
@@ -34,6 +41,11 @@ def hyp(words: Sequence[Said], offset: float = 0.0, **kw: Any) -> Hypothesis:
     fields: dict[str, Any] = dict(avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.2, language="en")
     fields.update(kw)
     return Hypothesis("".join(w.word for w in ws), (), ws, **fields)
+
+
+def texts(events: Sequence[Event]) -> list[tuple[str, str]]:
+    """(type, text) of the partials and finals among the events."""
+    return [(type(e).__name__, e.text) for e in events if isinstance(e, (Partial, Final))]
 
 
 def fake_encode(text: str) -> list[int]:
@@ -58,7 +70,7 @@ class ScriptedRecognizer:
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         window = self.streamer.outstanding
         assert window is not None and len(requests) == 1 and self.script, "unexpected request"
-        request = requests[0]
+        request = requests[0].with_tokens(fake_encode)
         step = self.script.pop(0)
         words = [(w, s, min(e, window.end)) for w, s, e in step["words"] if s < window.end and e > window.start]
         n = len(request.prefix)
@@ -75,9 +87,6 @@ class ScriptedRecognizer:
             }
         )
         return [hyp(words[n:], window.start, **step.get("hyp", {}))]
-
-    def encode_text(self, text: str) -> list[int]:
-        return fake_encode(text)
 
 
 class SpanVad:
@@ -151,6 +160,11 @@ def label_of(word: str) -> int:
     return int(word.strip().rstrip(CLAUSE_END_PUNCTUATION)[1:].rstrip("ab"))
 
 
+def tone_encode(text: str) -> list[int]:
+    """One "token" per word " w<label>": its label."""
+    return [label_of(w) for w in text.split()]
+
+
 class EnergyVad:
     """A scripted VAD: a 30 ms frame is voiced when its RMS exceeds -40 dBFS."""
 
@@ -166,8 +180,9 @@ class ToneRecognizer:
     Times come from the mel frames alone (window-relative), so they check the window offsets
     the Streamer applies. ``unstable`` makes consecutive hypotheses never agree (each word gets
     a suffix that alternates between calls), which forces commits by the window limit.
-    ``encode_text`` maps a word " w<label>" to the token ``label``; a forced prefix of n tokens
-    must name the first n bursts heard, which are then left out of the hypothesis.
+    A request's text is encoded with :func:`tone_encode` (``requests`` keeps the encoded
+    requests); a forced prefix of n tokens must name the first n bursts heard, which are then
+    left out of the hypothesis.
     """
 
     def __init__(self, unstable: bool = False) -> None:
@@ -175,10 +190,7 @@ class ToneRecognizer:
         self.requests: list[RecognitionRequest] = []
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
-        return [self._hear(r) for r in requests]
-
-    def encode_text(self, text: str) -> list[int]:
-        return [label_of(w) for w in text.split()]
+        return [self._hear(r.with_tokens(tone_encode)) for r in requests]
 
     def _hear(self, request: RecognitionRequest) -> Hypothesis:
         self.requests.append(request)

@@ -66,7 +66,8 @@ def test_the_core_exists() -> None:
         "audio/mel.py",
         "audio/vad.py",
         "audio/ring.py",
-        "streaming/policy.py",
+        "streaming/agreement.py",
+        "streaming/screening.py",
         "streaming/streamer.py",
     }
     assert expected <= names
@@ -93,8 +94,8 @@ def test_model_knows_no_callers(path: Path) -> None:
 
 
 def test_the_checker_sees_relative_and_nested_imports() -> None:
-    source = "import numpy\ndef f():\n    import time\nfrom ..runtime import worker\nfrom . import policy\n"
+    source = "import numpy\ndef f():\n    import time\nfrom ..runtime import worker\nfrom . import agreement\n"
     names = [name for _, name in imports_of(source, "streamwhisper.streaming")]
     assert "time" in names
     assert "streamwhisper.runtime" in names
-    assert "streamwhisper.streaming.policy" in names
+    assert "streamwhisper.streaming.agreement" in names

@@ -34,7 +34,7 @@ class _Recording:
         self.requests: list[RecognitionRequest] = []
 
     def recognize(self, requests: list[RecognitionRequest]) -> list[Hypothesis]:
-        self.requests.extend(requests)
+        self.requests.extend(r.with_tokens(self.recognizer.encode_text) for r in requests)  # as decoded
         return self.recognizer.recognize(requests)
 
 
@@ -49,7 +49,7 @@ def streamed(default_model: Whisper, clips: dict[str, Clip]) -> list[Recognition
     recognizer = WhisperRecognizer(default_model)
     recording = _Recording(recognizer)
     for clip in CLIPS:
-        replay(Streamer(encode_text=recognizer.encode_text), recording, load_audio(clips[clip].wav), aware=False)
+        replay(Streamer(), recording, load_audio(clips[clip].wav), aware=False)
     return recording.requests
 
 

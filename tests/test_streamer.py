@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
 import pytest
-from fakes import SR, EnergyVad, Spoken, ToneRecognizer, label_of, synth
+from fakes import SR, EnergyVad, Spoken, ToneRecognizer, label_of, synth, tone_encode
 
 from streamwhisper.errors import AudioFormatError, ConfigError
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
@@ -73,7 +74,7 @@ def test_five_minutes_of_speech_nothing_lost_or_duplicated(trim_after_s: float) 
     audio, spoken = synth(300.0, seed=1, continuous=(100.0, 170.0))
     recognizer = ToneRecognizer()
     config = StreamingConfig(trim_after_s=trim_after_s, trim_keep_s=0.0 if trim_after_s == 0 else 3.0)
-    streamer = Streamer(config, vad=EnergyVad(), key="session-1", encode_text=recognizer.encode_text)
+    streamer = Streamer(config, vad=EnergyVad(), key="session-1")
     events = feed_all(streamer, recognizer, audio, [1_600])
     check_stream(events, spoken)
     assert sum(isinstance(e, SpeechEnded) for e in events) >= 10
@@ -95,24 +96,28 @@ def test_five_minutes_of_speech_nothing_lost_or_duplicated(trim_after_s: float) 
         assert prefixed > len(recognizer.requests) // 4
 
 
-@pytest.mark.parametrize("prefix", [False, True], ids=["no-tokenizer", "prefix"])
+# Windows trimmed at every commit, so never holding committed words: no forced prefix.
+TRIM_AT_COMMIT = StreamingConfig(trim_after_s=0.0, trim_keep_s=0.0)
+
+
+@pytest.mark.parametrize("prefix", [False, True], ids=["trim-at-commit", "prefix"])
 @pytest.mark.parametrize(("sizes", "lag"), [([137, 4_000, 16_000, 801], 0), ([8_000], 3), ([3_200, 12_345], 2)])
 def test_chunking_and_slow_completion_do_not_change_the_transcript(sizes: list[int], lag: int, prefix: bool) -> None:
-    """Without a tokenizer the window re-hears committed words and the policy drops them;
-    with one they are sent as the forced prefix."""
+    """Trimmed at every commit, the window re-hears the end of the committed words and the
+    policy drops them; kept in the window, they are sent as the forced prefix."""
     audio, spoken = synth(90.0, seed=2, continuous=(20.0, 60.0))
     recognizer = ToneRecognizer()
-    streamer = Streamer(vad=EnergyVad(), encode_text=recognizer.encode_text if prefix else None)
+    streamer = Streamer(None if prefix else TRIM_AT_COMMIT, vad=EnergyVad())
     events = feed_all(streamer, recognizer, audio, sizes, lag=lag)
     check_stream(events, spoken)
     assert any(r.prefix for r in recognizer.requests) == prefix
 
 
-@pytest.mark.parametrize("prefix", [False, True], ids=["no-tokenizer", "prefix"])
+@pytest.mark.parametrize("prefix", [False, True], ids=["trim-at-commit", "prefix"])
 def test_window_limit_forces_commits_in_continuous_speech(prefix: bool) -> None:
     audio, spoken = synth(100.0, seed=3, continuous=(0.0, 100.0))
     recognizer = ToneRecognizer(unstable=True)
-    streamer = Streamer(vad=EnergyVad(), encode_text=recognizer.encode_text if prefix else None)
+    streamer = Streamer(None if prefix else TRIM_AT_COMMIT, vad=EnergyVad())
     events = feed_all(streamer, recognizer, audio, [1_600])
     check_stream(events, spoken)
     finals = [e for e in events if isinstance(e, Final)]
@@ -127,7 +132,7 @@ def test_a_short_utterance_commits_only_at_its_endpoint() -> None:
     assert 2.0 < spoken[-1].end - spoken[0].start < 3.0 - 0.3
     recognizer = ToneRecognizer()
     config = StreamingConfig(policy=PolicyConfig(min_commit_window_s=3.0))
-    streamer = Streamer(config, vad=EnergyVad(), encode_text=recognizer.encode_text)
+    streamer = Streamer(config, vad=EnergyVad())
     events = feed_all(streamer, recognizer, audio, [1_600])
     check_stream(events, spoken)
     finals = [e for e in events if isinstance(e, Final)]
@@ -141,7 +146,7 @@ def test_committed_words_stay_in_the_window_as_a_forced_prefix_until_it_is_trim_
     recognizer = ToneRecognizer()
     config = StreamingConfig()
     assert config.trim_after_s == 8.0
-    streamer = Streamer(config, vad=EnergyVad(), encode_text=recognizer.encode_text)
+    streamer = Streamer(config, vad=EnergyVad())
     committed: list[Word] = []
     # (window, request, words committed before it, audio fed when it completed)
     log: list[tuple[RecognitionRequest, RecognitionRequest, tuple[Word, ...], float]] = []
@@ -154,7 +159,7 @@ def test_committed_words_stay_in_the_window_as_a_forced_prefix_until_it_is_trim_
             done = streamer.complete(recognizer.recognize([request])[0])
             committed.extend(w for e in done if isinstance(e, Final) for w in e.words)
             events.extend(done)
-            log.append((window, request, before, streamer.time))
+            log.append((window, recognizer.requests[-1], before, streamer.time))  # as encoded
 
     for i in range(0, audio.shape[0], 1_600):
         events.extend(streamer.feed(audio[i : i + 1_600]))
@@ -288,7 +293,7 @@ def test_finalize_forces_an_endpoint_and_speech_goes_on() -> None:
 
 
 def test_request_protocol() -> None:
-    streamer = Streamer(EARLY_FIRST, vad=EnergyVad(), encode_text=lambda text: [1, 2, 3])
+    streamer = Streamer(EARLY_FIRST, vad=EnergyVad())
     empty = Hypothesis("", (), (), -0.2, 0.01, 1.0, "en")
     with pytest.raises(RuntimeError):
         streamer.complete(empty)
@@ -311,6 +316,19 @@ def test_request_protocol() -> None:
     streamer.flush()
     with pytest.raises(RuntimeError):
         streamer.feed(tone)
+
+
+def test_the_recogniser_encodes_a_request_s_text() -> None:
+    """The Streamer hands out text; token ids given by a caller go first, and of the prompt
+    only the last max_prompt_tokens are kept."""
+    words = " w3 w1 w4 w1 w5"
+    request = RecognitionRequest(np.zeros((80, 10), np.float32), prompt=(9,), prompt_text=words, prefix_text=" w2 w6")
+    encoded = request.with_tokens(tone_encode)
+    assert (encoded.prompt, encoded.prefix) == ((9, 3, 1, 4, 1, 5), (2, 6))
+    assert encoded.prompt_text == encoded.prefix_text == "" and encoded.max_prompt_tokens is None
+    assert replace(request, max_prompt_tokens=3).with_tokens(tone_encode).prompt == (4, 1, 5)
+    assert replace(request, max_prompt_tokens=0).with_tokens(tone_encode).prompt == ()
+    assert replace(request, prompt_text="", max_prompt_tokens=3).with_tokens(tone_encode).prompt == (9,)
 
 
 def test_endpoint_request_is_due_at_once_and_marks_the_final() -> None:
@@ -411,7 +429,7 @@ def test_partial_only_requests_wait_for_the_early_step(min_commit: float) -> Non
         policy = PolicyConfig(min_commit_window_s=min_commit)
         config = StreamingConfig(first_step_s=first, early_step_s=early, policy=policy)
         recognizer = ToneRecognizer()
-        streamer = Streamer(config, vad=EnergyVad(), encode_text=recognizer.encode_text)
+        streamer = Streamer(config, vad=EnergyVad())
         events = feed_all(streamer, recognizer, audio, [1_600])
         check_stream(events, spoken)
         finals[name] = [w.word for e in events if isinstance(e, Final) for w in e.words]

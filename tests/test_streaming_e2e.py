@@ -30,7 +30,7 @@ def model() -> Whisper:
 
 def stream(model: Whisper, audio: np.ndarray) -> list[object]:
     recognizer = WhisperRecognizer(model)
-    return replay(Streamer(encode_text=recognizer.encode_text), recognizer, audio, aware=False).events
+    return replay(Streamer(), recognizer, audio, aware=False).events
 
 
 def check_invariants(events: list[object]) -> list[Final]:
@@ -62,7 +62,7 @@ def test_a_lagging_worker_loses_no_word(model: Whisper, clips: dict[str, Clip]) 
     "can do for you", the decoder said only "for your country" (a CI run caught it)."""
     clip = clips["en_jfk"]
     recognizer = WhisperRecognizer(model)
-    streamer = Streamer(encode_text=recognizer.encode_text)
+    streamer = Streamer()
     audio = load_audio(clip.wav)
     served_at = {8, 82, 87, 102}  # tenths of a second of audio received
     events: list[object] = []

@@ -46,9 +46,6 @@ class CountingRecognizer:
         self.requests.extend(requests)
         return [Hypothesis("", (), (), -0.2, 0.01, 1.0, "en") for _ in requests]
 
-    def encode_text(self, text: str) -> list[int]:
-        return []
-
 
 def run_detector(detector: SpeechDetector, x: np.ndarray, size: int) -> list[SpeechBoundary]:
     out: list[SpeechBoundary] = []

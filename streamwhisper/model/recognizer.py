@@ -1,15 +1,16 @@
 """The one-method seam between the streaming core and the model.
 
 A streaming session describes the work it needs as a :class:`RecognitionRequest` (a window of
-normalised log-mel and the committed-text prompt); a runtime gathers requests, calls
-:meth:`Recognizer.recognize` on a batch and hands each :class:`Hypothesis` back. The streaming
-core never sees the model, so its tests use a scripted fake recogniser.
+normalised log-mel, and the committed text as prompt and forced prefix); a runtime gathers
+requests, calls :meth:`Recognizer.recognize` on a batch and hands each :class:`Hypothesis` back.
+The streaming core never sees the model, so its tests use a scripted fake recogniser.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -29,8 +30,11 @@ class RecognitionRequest:
     """One window of audio to recognise.
 
     ``mel`` is the normalised log-mel of the window, shape (n_mels, n_frames) with
-    n_frames <= 3000 (the recogniser pads it); ``prompt`` holds the token ids of previously
-    committed text (sent after ``<|startofprev|>``); ``prefix`` optional forced text tokens.
+    n_frames <= 3000 (the recogniser pads it). The prompt (previously committed text, sent after
+    ``<|startofprev|>``) is the token ids ``prompt`` followed by the tokens of ``prompt_text``,
+    of which the last ``max_prompt_tokens`` are kept (None: all); the forced prefix is
+    ``prefix`` followed by the tokens of ``prefix_text``. The streaming core gives text, which
+    the recogniser encodes on its own thread (:meth:`with_tokens`).
     ``start``/``end`` place the window on its stream's audio clock (seconds) and ``endpoint``
     says that it finalises an utterance: what a scheduler needs, ignored by the recogniser.
     """
@@ -45,6 +49,18 @@ class RecognitionRequest:
     start: float = 0.0
     end: float = 0.0
     endpoint: bool = False
+    prompt_text: str = ""
+    prefix_text: str = ""
+    max_prompt_tokens: int | None = None
+
+    def with_tokens(self, encode: Callable[[str], Sequence[int]]) -> RecognitionRequest:
+        """This request with its prompt and prefix as token ids alone, ``encode`` turning text
+        into tokens."""
+        prompt = self.prompt + tuple(encode(self.prompt_text)) if self.prompt_text else self.prompt
+        if self.max_prompt_tokens is not None:
+            prompt = prompt[len(prompt) - min(len(prompt), self.max_prompt_tokens) :]
+        prefix = self.prefix + tuple(encode(self.prefix_text)) if self.prefix_text else self.prefix
+        return replace(self, prompt=prompt, prefix=prefix, prompt_text="", prefix_text="", max_prompt_tokens=None)
 
 
 @dataclass(frozen=True)
@@ -66,6 +82,3 @@ class Recognizer(Protocol):
     """Anything that turns a batch of requests into one hypothesis each, in order."""
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]: ...
-
-    def encode_text(self, text: str) -> list[int]: ...
-

@@ -78,6 +78,7 @@ class WhisperRecognizer:
         self._generator = torch.Generator(device=model.device)
 
     def encode_text(self, text: str) -> list[int]:
+        """The token ids of ``text``, as a request's ``prompt_text`` and ``prefix_text`` are encoded."""
         return self._tokenizer.encode(text)
 
     def _frames(self, n: int, batch_size: int) -> int:
@@ -92,13 +93,15 @@ class WhisperRecognizer:
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         """One hypothesis per request, in order.
 
-        Windows of the same fitted length are encoded together (each window at its own audio
-        context, which depends on the batch only through the size rule of ``audio_ctx="auto"``); the
-        first, greedy, pass decodes every window at once; the rare temperature fallbacks run
-        one window at a time.
+        A request's ``prompt_text`` and ``prefix_text`` are encoded here, on the caller's
+        (inference) thread. Windows of the same fitted length are encoded together (each window
+        at its own audio context, which depends on the batch only through the size rule of
+        ``audio_ctx="auto"``); the first, greedy, pass decodes every window at once; the rare
+        temperature fallbacks run one window at a time.
         """
         if not requests:
             return []
+        requests = [r.with_tokens(self.encode_text) for r in requests]
         model, opts = self.model, self.options
         features = self._encode(requests)
         windows = [window_cross(model, f) for f in features]

@@ -31,8 +31,8 @@ from streamwhisper.errors import AudioFormatError
 from streamwhisper.events import Event, Final, SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 
+from .agreement import WINDOW_SLACK_S, CommitPolicy
 from .config import StreamingConfig
-from .policy import WINDOW_SLACK_S, CommitPolicy, EncodeText
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ class Streamer:
 
     Args:
         config: streaming settings; defaults when omitted.
-        encode_text: the recogniser's tokenizer, for the committed-text prompt.
         vad: frame classifier; webrtcvad with ``config.vad`` settings when omitted.
         key: put on every request so the caller can route the hypothesis back.
     """
@@ -59,7 +58,6 @@ class Streamer:
         self,
         config: StreamingConfig | None = None,
         *,
-        encode_text: EncodeText | None = None,
         vad: Vad | None = None,
         key: object = None,
     ) -> None:
@@ -70,7 +68,7 @@ class Streamer:
         self._ring = RingBuffer(capacity)
         self._mel = IncrementalLogMel(cfg.n_mels, max_frames=capacity // HOP_LENGTH + 1)
         self._detector = SpeechDetector(vad or WebRtcVad(cfg.vad.aggressiveness, cfg.vad.frame_ms), cfg.vad)
-        self._policy = CommitPolicy(cfg.policy, encode_text)
+        self._policy = CommitPolicy(cfg.policy)
         self._step = cfg.min_step_s
         self._pre_roll = SAMPLE_RATE * cfg.vad.pre_roll_ms // 1000
         # Quiet audio kept for the pre-roll of a start the VAD has not confirmed yet.
@@ -216,8 +214,9 @@ class Streamer:
         prompt, prefix = self._policy.context(start * HOP_LENGTH / SAMPLE_RATE)
         request = RecognitionRequest(
             mel=self._mel.window(start, end),
-            prompt=prompt,
-            prefix=prefix,
+            prompt_text=prompt,
+            prefix_text=prefix,
+            max_prompt_tokens=self._config.policy.max_prompt_tokens,
             language=self._config.language,
             task=self._config.task,
             key=self._key,

@@ -1,4 +1,11 @@
-"""From hypotheses to ``Partial`` and ``Final`` events: guards, LocalAgreement-2 and endpoints.
+"""LocalAgreement-2: from screened hypotheses to ``Partial`` and append-only ``Final`` events.
+
+:class:`CommitPolicy` takes each hypothesis of a stream (screened first, see
+:mod:`.screening`), places its words on the audio clock and commits the words that two
+consecutive hypotheses agree on; an endpoint commits the rest of the utterance and
+:meth:`CommitPolicy.force_commit` commits without agreement when the window grows too long. It
+also says where the caller may trim its audio (:meth:`CommitPolicy.trim_point`) and what text the
+next window is decoded with (:meth:`CommitPolicy.context`).
 
 Pure and clock-free: the caller says which window (on the audio clock, in seconds) each
 hypothesis describes. Invariants the policy keeps:
@@ -7,31 +14,32 @@ hypothesis describes. Invariants the policy keeps:
   ``committed_end`` only moves forward) and is never emitted twice;
 - a word is committed when two consecutive hypotheses agree on it (normalised text, as a
   common prefix of their uncommitted words) and it ends clear of the window's end, at an
-  endpoint, or by :meth:`force_commit`;
+  endpoint, or by :meth:`CommitPolicy.force_commit`;
 - while a window still holds committed words, the caller decodes it with those words as a
-  forced prefix (:meth:`context`), so the model continues after them: nothing is duplicated
-  or lost at the commit point and no word is cut in two;
+  forced prefix (:meth:`CommitPolicy.context`), so the model continues after them: nothing is
+  duplicated or lost at the commit point and no word is cut in two;
 - when the caller trims its audio at ``committed_end`` (a long utterance), the next window
   starts where the last committed word ends; words of that window ending at or before the
   commit point, or repeating the committed tail right at the boundary, are dropped.
+
+The prompt and prefix are text: the recogniser encodes them (on its own thread) and keeps the
+last ``max_prompt_tokens`` tokens of the prompt.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import unicodedata
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from streamwhisper.events import Event, Final, Partial, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 
 from .config import PolicyConfig
+from .screening import drop_copied_runs, drop_repeated_tail, normalize_word, screen
 
 logger = logging.getLogger(__name__)
 
-EncodeText = Callable[[str], Sequence[int]]
 CUT_MARGIN_S = 0.04  # two of Whisper's 20 ms timestamp steps
 TAIL_WORDS = 256  # committed words kept: more than a 30 s window can hold
 # A window holds whole mel frames, one short of its audio (2 s of audio is a 1.99 s window):
@@ -40,108 +48,6 @@ TAIL_WORDS = 256  # committed words kept: more than a 30 s window can hold
 WINDOW_SLACK_S = 0.05
 # Marks that end a clause or sentence (Latin and CJK): left off the end of a forced prefix.
 CLAUSE_END_PUNCTUATION = ".,;:!?…。，、；：！？"
-
-
-def normalize_word(word: str) -> str:
-    """Comparison form of a word: case-folded, without punctuation, whitespace or controls."""
-    return "".join(ch for ch in word.casefold() if unicodedata.category(ch)[0] not in "PZC")
-
-
-def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int, long_ngram: int = 0) -> int | None:
-    """Index just after the first occurrence of the earliest repeated n-gram loop, or None.
-
-    A loop is an n-gram repeated ``min_repeats`` times back to back (``min_repeats + 1`` for a
-    single word, since "no no no" is ordinary speech); an n-gram of ``long_ngram`` words or more
-    (0: no such rule) needs only two: people repeat a word or two, not a whole phrase, while a
-    decoder running past the end of short audio says its sentence again.
-    """
-    best: int | None = None
-    for n in range(1, max_ngram + 1):
-        repeats = min_repeats + 1 if n == 1 else min_repeats
-        if long_ngram and n >= long_ngram:
-            repeats = 2
-        for i in range(len(words) - n * repeats + 1):
-            if best is not None and i + n >= best:
-                break
-            gram = words[i : i + n]
-            if all(words[i + k * n : i + (k + 1) * n] == gram for k in range(1, repeats)):
-                best = i + n
-                break
-    return best
-
-
-NON_LEXICAL = frozenset({"oh", "ah", "uh", "um", "hmm", "mm", "mhm", "ha", "haha", "hahaha", "huh", "whoa", "wow", "ooh", "aah"})
-
-
-def is_non_lexical(words: Sequence[HypothesisWord]) -> bool:
-    """A hypothesis of nothing but fillers, lone letters or sound-event captions.
-
-    On music and noise Whisper writes "Oh, oh,", "W", "APPLAUSE", "(music)" or "♪": captions of
-    sounds, not of speech.
-    """
-    for w in words:
-        text = w.word.strip()
-        key = normalize_word(text)
-        if not key or key in NON_LEXICAL or (len(key) == 1 and key.isalpha() and key not in ("a", "i")):
-            continue
-        if text[:1] in "([♪*" or (text.isupper() and len(key) >= 4):
-            continue
-        return False
-    return True
-
-
-SHORT_HYPOTHESIS_WORDS = 3
-
-
-def mean_word_probability(words: Sequence[HypothesisWord]) -> float:
-    """The arithmetic mean of the words' probabilities; the geometric mean for a hypothesis of
-    at most three words, where one doubted word is most of the text ("Thank:0.07 you.:0.96" on
-    music: 0.26, where the arithmetic mean says 0.52)."""
-    if len(words) <= SHORT_HYPOTHESIS_WORDS:
-        return math.exp(sum(math.log(max(w.probability, 1e-9)) for w in words) / len(words))
-    return sum(w.probability for w in words) / len(words)
-
-
-def screen(
-    hypothesis: Hypothesis, config: PolicyConfig, vouched: Callable[[Sequence[HypothesisWord]], bool] | None = None
-) -> tuple[tuple[HypothesisWord, ...], str]:
-    """The usable words of a hypothesis and why the rest was dropped ('' when nothing was).
-
-    Silence (high ``no_speech_prob`` with low ``avg_logprob``), a log-probability below the
-    floor and a high compression ratio without a visible loop reject the whole hypothesis; a
-    repeated n-gram loop is cut after its first occurrence. Punctuation-only words are dropped.
-    ``vouched(words)``: whether the previous hypothesis already said these words; doubted words
-    (a low mean probability) are kept when it did: a short window padded to 30 s lowers the
-    model's confidence, not the words' truth; so are the few words of a hypothesis sampled at a
-    fallback temperature.
-    """
-    if hypothesis.no_speech_prob > config.no_speech_threshold and hypothesis.avg_logprob < config.no_speech_logprob:
-        return (), "no_speech"
-    if hypothesis.avg_logprob < config.logprob_floor:
-        return (), "low_logprob"
-    if hypothesis.no_speech_prob > config.no_speech_hard_threshold:
-        return (), "no_speech_hard"
-    words = tuple(w for w in hypothesis.words if normalize_word(w.word))
-    cut = find_loop(
-        [normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats, config.loop_long_ngram
-    )
-    # A loop reinforces itself (its repeats reach probability 0.8-0.9): judge what precedes it.
-    judged = hypothesis.words if cut is None else words[:cut]
-    if judged and mean_word_probability(judged) < config.min_mean_word_probability:
-        if vouched is None or not vouched(judged):
-            return (), "low_word_probability"
-    if words and is_non_lexical(words):
-        return (), "non_lexical"
-    if " ".join(normalize_word(w.word) for w in words) in config.stock_phrases:
-        return (), "stock_phrase"
-    sampled_short = hypothesis.temperature > 0 and 0 < len(words) < config.sampled_min_words
-    if sampled_short and (vouched is None or not vouched(words)):
-        return (), "short_sample"
-    if cut is not None:
-        return words[:cut], "loop"
-    if hypothesis.compression_ratio > config.compression_ratio_threshold:
-        return (), "compression_ratio"
-    return words, ""
 
 
 def _text(words: Sequence[Word]) -> str:
@@ -153,12 +59,10 @@ class CommitPolicy:
 
     Args:
         config: guard thresholds, boundary de-duplication and prompt settings.
-        encode_text: the recogniser's tokenizer; without it the prompt stays empty.
     """
 
-    def __init__(self, config: PolicyConfig | None = None, encode_text: EncodeText | None = None) -> None:
+    def __init__(self, config: PolicyConfig | None = None) -> None:
         self._config = config or PolicyConfig()
-        self._encode = encode_text
         self._committed_end = 0.0
         # The committed tail feeds the prompt, the forced prefix (committed words still in the
         # window), the copy guard and boundary de-duplication. Each word is at least one token,
@@ -174,8 +78,8 @@ class CommitPolicy:
         self._finals_in_utterance = 0
         self._seq = 0
         self._utterance_start: float | None = None  # window start of the utterance's first hypothesis
-        self._prompt: tuple[int, ...] = ()
-        self._closed_prompt: tuple[int, ...] = ()  # the prompt as a finished sentence
+        self._prompt = ""
+        self._closed_prompt = ""  # the prompt as a finished sentence
 
     @property
     def committed_end(self) -> float:
@@ -183,8 +87,9 @@ class CommitPolicy:
         return self._committed_end
 
     @property
-    def prompt(self) -> tuple[int, ...]:
-        """Token ids of the last committed text (at most ``max_prompt_tokens``)."""
+    def prompt(self) -> str:
+        """The last committed text: its last ``max_prompt_tokens`` words, of which the
+        recogniser keeps the last ``max_prompt_tokens`` tokens."""
         return self._prompt
 
     @property
@@ -211,10 +116,13 @@ class CommitPolicy:
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
         this hypothesis becomes final and the commit point moves to ``window_end``.
         """
-        words, reason = screen(hypothesis, self._config, lambda ws: self._vouched(ws, window_start, window_end, prefixed))
+        words, reason = screen(
+            hypothesis, self._config, lambda ws: self._vouched(ws, window_start, window_end, prefixed)
+        )
         logger.debug(
             "hypothesis at %.2f-%.2f s%s%s: %r", window_start, window_end, " (prefixed)" if prefixed else "",
-            " (endpoint)" if endpoint else "", " ".join(f"{w.word.strip()}:{w.probability:.2f}" for w in hypothesis.words),
+            " (endpoint)" if endpoint else "",
+            " ".join(f"{w.word.strip()}:{w.probability:.2f}" for w in hypothesis.words),
         )
         if reason:
             logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
@@ -327,33 +235,29 @@ class CommitPolicy:
                 return max(words[i].end, (words[i].end + after) / 2)
         return 0.0
 
-    def context(self, window_start: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(prompt, prefix) token ids for a window starting at ``window_start`` seconds.
+    def context(self, window_start: float) -> tuple[str, str]:
+        """(prompt, prefix) text for a window starting at ``window_start`` seconds.
 
         The prefix is the committed text inside the window (the decoder continues after it);
-        the prompt is committed text before the window (at most ``max_prompt_tokens``).
+        the prompt is committed text before the window (its last ``max_prompt_tokens`` words).
         """
         cfg = self._config
-        if self._encode is None:
-            return (), ()
         inside = [w for w in self._tail if w.end > window_start]
         if not inside:
             # After a pause the prompt reads as a finished sentence: one that breaks off
             # ("... can do for you") makes the decoder continue it and skip new words that
             # sound like its end ("ask what you can do for your country" -> "for your country").
-            return (self._prompt if self._soft_boundary else self._closed_prompt), ()
+            return (self._prompt if self._soft_boundary else self._closed_prompt), ""
         before = list(self._tail)[: len(self._tail) - len(inside)]
-        text = "".join(w.word for w in inside)
+        prefix = "".join(w.word for w in inside)
         if cfg.bare_prefix_end:
             # The mark after the last committed word was the decoder's guess at what follows,
             # made when the window ended there ("rose, Mike."): left in the prefix, it steers
             # the decoder to the same guess ("rose, might" -> ", Mike never die").
-            text = text.rstrip(CLAUSE_END_PUNCTUATION)
-        prefix = tuple(self._encode(text))
-        prompt: tuple[int, ...] = ()
+            prefix = prefix.rstrip(CLAUSE_END_PUNCTUATION)
+        prompt = ""
         if before and cfg.condition_on_committed and cfg.max_prompt_tokens:
-            prompt = tuple(self._encode("".join(w.word for w in before[-cfg.max_prompt_tokens :])))
-            prompt = prompt[-cfg.max_prompt_tokens :]
+            prompt = "".join(w.word for w in before[-cfg.max_prompt_tokens :])
         return prompt, prefix
 
     def _vouched(self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool) -> bool:
@@ -361,7 +265,7 @@ class CommitPolicy:
         one is the other, or goes on from it (a name doubted twice, then followed by more)."""
         placed = self._place([w for w in words if normalize_word(w.word)], window_start, window_end, prefixed)
         return bool(placed and self._pending) and all(
-            normalize_word(a.word) == normalize_word(b.word) for a, b in zip(placed, self._pending)
+            normalize_word(a.word) == normalize_word(b.word) for a, b in zip(placed, self._pending, strict=False)
         )
 
     def _place(
@@ -380,46 +284,13 @@ class CommitPolicy:
             end = min(max(end, start), window_end)
             out.append(Word(w.word, round(start, 3), round(end, 3), w.probability))
             prev_end = end
-        out = self._drop_copied_runs(out)
+        out = drop_copied_runs(out, self._tail, self._config)
+        if not self._soft_boundary:  # the commit point follows a pause: nothing to repeat
+            return out
         # After a forced prefix the decoder starts right after the committed words, so words
         # repeating them are the decoder saying its last phrase again (two words at least: a
         # single repeated word may be a real "the the").
-        return self._drop_repeated_tail(out, min_words=2 if prefixed else 1)
-
-    def _drop_copied_runs(self, words: list[Word]) -> list[Word]:
-        """Drop runs of ``copy_min_words`` or more words that repeat recently committed text.
-
-        Whisper conditioned on a prompt sometimes copies it when the window holds little new
-        audio; real speech seldom repeats that many words of the last sentences verbatim.
-        """
-        n = self._config.copy_min_words
-        if not n or len(words) < n or len(self._tail) < n:
-            return words
-        recent = [normalize_word(w.word) for w in list(self._tail)[-self._config.copy_lookback_words :]]
-        grams = {tuple(recent[i : i + n]) for i in range(len(recent) - n + 1)}
-        keys = [normalize_word(w.word) for w in words]
-        drop = [False] * len(words)
-        for i in range(len(words) - n + 1):
-            if tuple(keys[i : i + n]) in grams:
-                drop[i : i + n] = [True] * n
-        if any(drop):
-            logger.debug("dropped %d word(s) copying committed text", sum(drop))
-        return [w for w, d in zip(words, drop) if not d]
-
-    def _drop_repeated_tail(self, words: list[Word], min_words: int = 1) -> list[Word]:
-        """Drop leading words that repeat the committed tail right at a soft commit point."""
-        cfg = self._config
-        if not (self._soft_boundary and words and self._tail):
-            return words
-        if words[0].start > self._committed_end + cfg.dedupe_window_s:
-            return words
-        tail = [normalize_word(w.word) for w in list(self._tail)[-cfg.dedupe_max_ngram :]]
-        head = [normalize_word(w.word) for w in words[: cfg.dedupe_max_ngram]]
-        for n in range(min(len(tail), len(head)), min_words - 1, -1):
-            if tail[-n:] == head[:n]:
-                logger.debug("dropped %d word(s) repeating the committed tail", n)
-                return words[n:]
-        return words
+        return drop_repeated_tail(out, self._tail, self._committed_end, self._config, min_words=2 if prefixed else 1)
 
     def _commit(self, words: Sequence[Word], *, endpoint: bool) -> Final:
         words = tuple(words)
@@ -455,11 +326,9 @@ class CommitPolicy:
 
     def _update_prompt(self) -> None:
         cfg = self._config
-        if self._encode is None or not cfg.condition_on_committed or not cfg.max_prompt_tokens:
+        if not cfg.condition_on_committed or not cfg.max_prompt_tokens:
             return
-        words = list(self._tail)[-cfg.max_prompt_tokens :]
-        text = "".join(w.word for w in words)
-        self._prompt = tuple(self._encode(text))[-cfg.max_prompt_tokens :]
-        self._closed_prompt = self._prompt
+        text = "".join(w.word for w in list(self._tail)[-cfg.max_prompt_tokens :])
+        self._prompt = self._closed_prompt = text
         if cfg.close_prompt_at_pause and text.rstrip()[-1:].isalnum():
-            self._closed_prompt = tuple(self._encode(text.rstrip() + "."))[-cfg.max_prompt_tokens :]
+            self._closed_prompt = text.rstrip() + "."

@@ -1,0 +1,174 @@
+"""Screening a hypothesis: which of its words look like speech rather than a hallucination.
+
+Whisper writes text where there is none (silence, music, noise: "Thank you.", "♪", a stock
+outro), loops on short audio ("the the the ...", a sentence said twice) and copies its prompt when
+a window holds little new audio. Two kinds of guard catch this, both pure functions of what they
+are given:
+
+- :func:`screen` judges a hypothesis on its own: no-speech and log-probability limits, the
+  words' probabilities, non-lexical captions, stock phrases, short samples at a fallback
+  temperature and the compression ratio reject it whole; an n-gram loop is cut after its first
+  occurrence;
+- :func:`drop_copied_runs` and :func:`drop_repeated_tail` judge placed words against the words
+  already committed: runs copied from the committed text, and a repeat of the committed tail
+  right after the commit point, are dropped.
+
+Words are compared in the form :func:`normalize_word` gives them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import unicodedata
+from collections.abc import Callable, Sequence
+
+from streamwhisper.events import Word
+from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
+
+from .config import PolicyConfig
+
+logger = logging.getLogger(__name__)
+
+NON_LEXICAL = frozenset(
+    {"oh", "ah", "uh", "um", "hmm", "mm", "mhm", "ha", "haha", "hahaha", "huh", "whoa", "wow", "ooh", "aah"}
+)
+SHORT_HYPOTHESIS_WORDS = 3
+
+
+def normalize_word(word: str) -> str:
+    """Comparison form of a word: case-folded, without punctuation, whitespace or controls."""
+    return "".join(ch for ch in word.casefold() if unicodedata.category(ch)[0] not in "PZC")
+
+
+def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int, long_ngram: int = 0) -> int | None:
+    """Index just after the first occurrence of the earliest repeated n-gram loop, or None.
+
+    A loop is an n-gram repeated ``min_repeats`` times back to back (``min_repeats + 1`` for a
+    single word, since "no no no" is ordinary speech); an n-gram of ``long_ngram`` words or more
+    (0: no such rule) needs only two: people repeat a word or two, not a whole phrase, while a
+    decoder running past the end of short audio says its sentence again.
+    """
+    best: int | None = None
+    for n in range(1, max_ngram + 1):
+        repeats = min_repeats + 1 if n == 1 else min_repeats
+        if long_ngram and n >= long_ngram:
+            repeats = 2
+        for i in range(len(words) - n * repeats + 1):
+            if best is not None and i + n >= best:
+                break
+            gram = words[i : i + n]
+            if all(words[i + k * n : i + (k + 1) * n] == gram for k in range(1, repeats)):
+                best = i + n
+                break
+    return best
+
+
+def is_non_lexical(words: Sequence[HypothesisWord]) -> bool:
+    """A hypothesis of nothing but fillers, lone letters or sound-event captions.
+
+    On music and noise Whisper writes "Oh, oh,", "W", "APPLAUSE", "(music)" or "♪": captions of
+    sounds, not of speech.
+    """
+    for w in words:
+        text = w.word.strip()
+        key = normalize_word(text)
+        if not key or key in NON_LEXICAL or (len(key) == 1 and key.isalpha() and key not in ("a", "i")):
+            continue
+        if text[:1] in "([♪*" or (text.isupper() and len(key) >= 4):
+            continue
+        return False
+    return True
+
+
+def mean_word_probability(words: Sequence[HypothesisWord]) -> float:
+    """The arithmetic mean of the words' probabilities; the geometric mean for a hypothesis of
+    at most three words, where one doubted word is most of the text ("Thank:0.07 you.:0.96" on
+    music: 0.26, where the arithmetic mean says 0.52)."""
+    if len(words) <= SHORT_HYPOTHESIS_WORDS:
+        return math.exp(sum(math.log(max(w.probability, 1e-9)) for w in words) / len(words))
+    return sum(w.probability for w in words) / len(words)
+
+
+def screen(
+    hypothesis: Hypothesis, config: PolicyConfig, vouched: Callable[[Sequence[HypothesisWord]], bool] | None = None
+) -> tuple[tuple[HypothesisWord, ...], str]:
+    """The usable words of a hypothesis and why the rest was dropped ('' when nothing was).
+
+    Silence (high ``no_speech_prob`` with low ``avg_logprob``), a log-probability below the
+    floor and a high compression ratio without a visible loop reject the whole hypothesis; a
+    repeated n-gram loop is cut after its first occurrence. Punctuation-only words are dropped.
+    ``vouched(words)``: whether the previous hypothesis already said these words; doubted words
+    (a low mean probability) are kept when it did: a short window padded to 30 s lowers the
+    model's confidence, not the words' truth; so are the few words of a hypothesis sampled at a
+    fallback temperature.
+    """
+    if hypothesis.no_speech_prob > config.no_speech_threshold and hypothesis.avg_logprob < config.no_speech_logprob:
+        return (), "no_speech"
+    if hypothesis.avg_logprob < config.logprob_floor:
+        return (), "low_logprob"
+    if hypothesis.no_speech_prob > config.no_speech_hard_threshold:
+        return (), "no_speech_hard"
+    words = tuple(w for w in hypothesis.words if normalize_word(w.word))
+    cut = find_loop(
+        [normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats, config.loop_long_ngram
+    )
+    # A loop reinforces itself (its repeats reach probability 0.8-0.9): judge what precedes it.
+    judged = hypothesis.words if cut is None else words[:cut]
+    doubted = bool(judged) and mean_word_probability(judged) < config.min_mean_word_probability
+    if doubted and (vouched is None or not vouched(judged)):
+        return (), "low_word_probability"
+    if words and is_non_lexical(words):
+        return (), "non_lexical"
+    if " ".join(normalize_word(w.word) for w in words) in config.stock_phrases:
+        return (), "stock_phrase"
+    sampled_short = hypothesis.temperature > 0 and 0 < len(words) < config.sampled_min_words
+    if sampled_short and (vouched is None or not vouched(words)):
+        return (), "short_sample"
+    if cut is not None:
+        return words[:cut], "loop"
+    if hypothesis.compression_ratio > config.compression_ratio_threshold:
+        return (), "compression_ratio"
+    return words, ""
+
+
+def drop_copied_runs(words: list[Word], committed: Sequence[Word], config: PolicyConfig) -> list[Word]:
+    """Drop runs of ``copy_min_words`` or more words that repeat recently committed text.
+
+    Whisper conditioned on a prompt sometimes copies it when the window holds little new
+    audio; real speech seldom repeats that many words of the last sentences verbatim.
+    ``committed``: the committed words, oldest first (the last ``copy_lookback_words`` count).
+    """
+    n = config.copy_min_words
+    if not n or len(words) < n or len(committed) < n:
+        return words
+    recent = [normalize_word(w.word) for w in list(committed)[-config.copy_lookback_words :]]
+    grams = {tuple(recent[i : i + n]) for i in range(len(recent) - n + 1)}
+    keys = [normalize_word(w.word) for w in words]
+    drop = [False] * len(words)
+    for i in range(len(words) - n + 1):
+        if tuple(keys[i : i + n]) in grams:
+            drop[i : i + n] = [True] * n
+    if any(drop):
+        logger.debug("dropped %d word(s) copying committed text", sum(drop))
+    return [w for w, d in zip(words, drop, strict=True) if not d]
+
+
+def drop_repeated_tail(
+    words: list[Word], committed: Sequence[Word], commit_point: float, config: PolicyConfig, min_words: int = 1
+) -> list[Word]:
+    """Drop leading words that repeat the committed tail right at the commit point.
+
+    Words starting within ``dedupe_window_s`` of ``commit_point`` that say the last words of
+    ``committed`` again (``min_words`` to ``dedupe_max_ngram`` of them) were heard at the edge
+    of the window, or are the decoder repeating what it was given.
+    """
+    if not (words and committed) or words[0].start > commit_point + config.dedupe_window_s:
+        return words
+    tail = [normalize_word(w.word) for w in list(committed)[-config.dedupe_max_ngram :]]
+    head = [normalize_word(w.word) for w in words[: config.dedupe_max_ngram]]
+    for n in range(min(len(tail), len(head)), min_words - 1, -1):
+        if tail[-n:] == head[:n]:
+            logger.debug("dropped %d word(s) repeating the committed tail", n)
+            return words[n:]
+    return words

@@ -1,0 +1,250 @@
+"""Screening hypotheses: no-speech and probability guards, loops, non-lexical captions, stock
+phrases, doubted words vouched for by the previous hypothesis, copies of the committed text."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import pytest
+from fakes import AGREEMENT, hyp, texts
+
+from streamwhisper.events import Final
+from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
+from streamwhisper.streaming.agreement import CommitPolicy
+from streamwhisper.streaming.config import PolicyConfig
+from streamwhisper.streaming.screening import find_loop, normalize_word, screen
+
+# --- screen: a hypothesis on its own --------------------------------------------------------
+
+
+def test_normalize_word() -> None:
+    assert normalize_word(" Hello,") == "hello"
+    assert normalize_word("Don't") == "dont"
+    assert normalize_word(" ÇA!") == "ça"
+    assert normalize_word(" ...") == ""
+    assert normalize_word("你好。") == "你好"
+
+
+@pytest.mark.parametrize(
+    ("words", "cut"),
+    [
+        ("a b c d", None),
+        ("no no no", None),  # three of a word is speech
+        ("no no no no", 1),
+        ("x thank you thank you thank you", 3),
+        ("a b a b", None),
+        ("i said a b c a b c a b c and", 5),
+    ],
+)
+def test_find_loop(words: str, cut: int | None) -> None:
+    assert find_loop(words.split(), max_ngram=8, min_repeats=3) == cut
+
+
+@pytest.mark.parametrize(
+    ("words", "cut"),
+    [
+        ("i think i think so", None),  # a repeated pair is speech
+        ("then the same with ugly ones then the same with ugly ones then the", 6),
+        ("ten of clubs ten of clubs", 3),
+        ("and so and so on", None),
+        ("a b c a b d", None),
+    ],
+)
+def test_find_loop_long_phrases_twice(words: str, cut: int | None) -> None:
+    assert find_loop(words.split(), max_ngram=8, min_repeats=3, long_ngram=3) == cut
+
+
+def test_screen_rejects_silence_low_confidence_and_compression() -> None:
+    cfg = PolicyConfig()
+    words = [(" hi", 0.0, 0.3)]
+    assert screen(hyp(words, no_speech_prob=0.9, avg_logprob=-1.2), cfg) == ((), "no_speech")
+    # Whisper's rule needs both: confident text wins over a high no-speech probability...
+    whisper_rule = PolicyConfig(no_speech_hard_threshold=1.0)
+    assert screen(hyp(words, no_speech_prob=0.9, avg_logprob=-0.3), whisper_rule)[1] == ""
+    # ...but live captions drop what the model itself calls non-speech (no_speech_hard_threshold)
+    assert screen(hyp(words, no_speech_prob=0.9, avg_logprob=-0.3), cfg) == ((), "no_speech_hard")
+    assert screen(hyp(words, no_speech_prob=0.5, avg_logprob=-0.3), cfg)[1] == ""
+    assert screen(hyp(words, avg_logprob=-1.6), cfg) == ((), "low_logprob")
+    assert screen(hyp(words, compression_ratio=2.5), cfg) == ((), "compression_ratio")
+    looped = [(" thank", 0.0, 0.2), (" you", 0.2, 0.4)] * 4
+    kept, reason = screen(hyp(looped, compression_ratio=3.0), cfg)
+    assert reason == "loop" and [w.word for w in kept] == [" thank", " you"]
+    kept, _ = screen(hyp([(" hi", 0.0, 0.2), (" ...", 0.2, 0.3), (" there", 0.3, 0.5)]), cfg)
+    assert [w.word for w in kept] == [" hi", " there"]
+
+
+def test_screen_drops_a_hypothesis_that_is_only_a_stock_phrase() -> None:
+    cfg = PolicyConfig()
+    outro = [(" Thanks", 0.0, 0.3), (" for", 0.3, 0.5), (" watching!", 0.5, 0.9)]
+    assert screen(hyp(outro), cfg) == ((), "stock_phrase")
+    # inside longer speech the same words are kept
+    longer = [(" Thanks", 0.0, 0.3), (" for", 0.3, 0.5), (" watching", 0.5, 0.9), (" us", 0.9, 1.1)]
+    kept, reason = screen(hyp(longer), cfg)
+    assert reason == "" and len(kept) == 4
+    assert screen(hyp(outro), PolicyConfig(stock_phrases=()))[1] == ""
+
+
+def test_a_short_sampled_hypothesis_is_dropped_unless_the_last_one_said_it() -> None:
+    thanks = [(" Thank", 0.0, 0.3), (" you.", 0.3, 0.6)]
+    cfg = PolicyConfig()
+    assert screen(hyp(thanks, temperature=0.4), cfg) == ((), "short_sample")
+    assert screen(hyp(thanks, temperature=0.0), cfg)[1] == ""  # said clearly, it is speech
+    longer = thanks + [(" for", 0.6, 0.8), (" coming.", 0.8, 1.2)]
+    assert screen(hyp(longer, temperature=0.4), cfg)[1] == ""
+    assert screen(hyp(thanks, temperature=0.4), PolicyConfig(sampled_min_words=0))[1] == ""
+    assert screen(hyp(thanks, temperature=0.4), cfg, lambda ws: True)[1] == ""
+    # in a stream: a sampled "Thank you." after silence gives nothing; after a clear one, it stays
+    p = CommitPolicy(PolicyConfig())
+    assert p.observe(hyp(thanks, temperature=0.4), 0.0, 2.0) == []
+    assert p.observe(hyp(thanks), 0.0, 2.5)[-1].text == "Thank you."
+    assert p.observe(hyp(thanks, temperature=0.4), 0.0, 3.0, endpoint=True)[-1].text == "Thank you."
+
+
+def test_a_loop_is_judged_by_the_words_before_it() -> None:
+    """A loop's repeats are confident (it feeds itself); the words before it decide."""
+    loop = [(w, 2.0 + 0.2 * i, 2.2 + 0.2 * i) for i, w in enumerate([" a", " little", " bit", " of"] * 5)]
+    said = [(" I'm", 0.0, 0.4), (" going", 0.4, 0.8), (" to", 0.8, 1.2), (" do", 1.2, 2.0)]
+    doubted, sure = hyp(said + loop), hyp(said + loop)
+    doubted = dataclasses.replace(doubted, words=tuple(
+        dataclasses.replace(w, probability=p)
+        for w, p in zip(doubted.words, [0.14, 0.3, 0.93, 0.04, 0.17, 0.19, 0.3, 0.45] + [0.85] * 16, strict=True)
+    ))
+    assert screen(doubted, PolicyConfig()) == ((), "low_word_probability")  # dishes clattering
+    words, reason = screen(sure, PolicyConfig())
+    assert reason == "loop" and " ".join(w.word.strip() for w in words) == "I'm going to do a little bit of"
+
+
+@pytest.mark.parametrize(
+    ("text", "dropped"),
+    [
+        ("Oh, oh, oh.", True),
+        ("APPLAUSE", True),
+        ("(music) ♪", True),
+        (" W E", True),
+        (" I", False),
+        (" a cat", False),
+        (" Oh, NASA called.", False),
+    ],
+)
+def test_non_lexical_hypotheses_are_dropped(text: str, dropped: bool) -> None:
+    words = [(" " + w, i * 0.3, i * 0.3 + 0.2) for i, w in enumerate(text.split())]
+    kept, reason = screen(hyp(words), PolicyConfig())
+    assert (reason == "non_lexical") is dropped, (text, reason)
+    assert (not kept) is dropped
+
+
+def test_low_word_probability_is_dropped() -> None:
+    words = (HypothesisWord(" hello", 0.0, 0.4, 0.3), HypothesisWord(" there", 0.4, 0.8, 0.6))
+    low = Hypothesis(" hello there", (), words, avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.0, language="en")
+    assert screen(low, PolicyConfig()) == ((), "low_word_probability")
+    assert screen(low, PolicyConfig(min_mean_word_probability=0.4))[1] == ""
+
+
+def _doubted(words: Sequence[tuple[str, float, float]], offset: float = 0.0) -> Hypothesis:
+    """A hypothesis whose words the model barely believes (probability 0.3)."""
+    h = hyp(words, offset)
+    return dataclasses.replace(h, words=tuple(dataclasses.replace(w, probability=0.3) for w in h.words))
+
+
+def test_doubted_words_the_previous_hypothesis_said_are_kept() -> None:
+    # The tail of an utterance, decoded again alone at its endpoint (a short window padded to
+    # 30 s): the model doubts " you." it was sure of a moment before; agreement vouches for it.
+    def said_for_you() -> CommitPolicy:
+        policy = CommitPolicy(PolicyConfig())
+        policy.observe(hyp([(" for", 7.0, 7.2)]), 0.0, 7.5)
+        assert texts(policy.observe(hyp([(" for", 7.0, 7.2), (" you.", 7.3, 7.7)]), 0.0, 8.0)) == [
+            ("Final", "for"), ("Partial", "you.")
+        ]
+        return policy
+
+    policy = said_for_you()
+    events = policy.observe(_doubted([(" you.", 7.3, 7.7)], offset=7.26), 7.26, 8.16, endpoint=True)
+    finals = [e for e in events if isinstance(e, Final)]
+    assert [f.text for f in finals] == ["you."] and finals[0].endpoint
+    # ... and so is a doubted hypothesis going on from what the previous one said (a name
+    # doubted twice, then followed by more words)
+    policy = said_for_you()
+    events = policy.observe(_doubted([(" you.", 7.3, 7.7), (" All", 7.7, 7.9)], offset=7.26), 7.26, 8.16, endpoint=True)
+    assert [e.text for e in events if isinstance(e, Final)] == ["you. All"]
+    # ... doubted words the previous hypothesis did not say are dropped
+    policy = said_for_you()
+    events = policy.observe(_doubted([(" thank", 7.3, 7.5), (" you.", 7.5, 7.7)], offset=7.26), 7.26, 8.16, endpoint=True)
+    assert not [e for e in events if isinstance(e, Final) and e.text]
+    # ... and with nothing said before, doubt drops the hypothesis
+    events = CommitPolicy(PolicyConfig()).observe(_doubted([(" you.", 0.3, 0.7)]), 0.0, 1.0, endpoint=True)
+    assert not [e for e in events if isinstance(e, Final) and e.text]
+
+
+def test_a_short_hypothesis_with_one_doubted_word_is_dropped() -> None:
+    # "Thank you." on music: the arithmetic mean (0.52) passes the 0.5 floor, the geometric
+    # mean of a hypothesis of three words or fewer (0.26) does not.
+    words = (HypothesisWord(" Thank", 0.0, 0.4, 0.07), HypothesisWord(" you.", 0.4, 0.8, 0.96))
+    thanks = Hypothesis(" Thank you.", (), words, avg_logprob=-0.8, no_speech_prob=0.3, compression_ratio=1.0, language="en")
+    assert screen(thanks, PolicyConfig()) == ((), "low_word_probability")
+    # a longer hypothesis keeps the arithmetic mean: one doubted word does not drop a sentence
+    longer = words + tuple(HypothesisWord(f" w{i}", 1.0 + i, 1.5 + i, 0.6) for i in range(3))
+    kept, reason = screen(dataclasses.replace(thanks, words=longer), PolicyConfig())
+    assert reason == "" and len(kept) == 5
+
+
+# --- words repeating the committed text ------------------------------------------------------
+
+SAID = [(f" {w}", 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i, w in enumerate(["one", "two", "three", "four", "five", "six"])]
+
+
+def committed_six(config: PolicyConfig = AGREEMENT) -> CommitPolicy:
+    """A policy that committed "one two three four five six" (ending at 2.8 s)."""
+    p = CommitPolicy(config)
+    p.observe(hyp(SAID), 0.0, 3.0)
+    assert texts(p.observe(hyp(SAID), 0.0, 3.0)) == [("Final", "one two three four five six")]
+    return p
+
+
+def later(words: str, start: float = 3.0) -> list[tuple[str, float, float]]:
+    return [(f" {w}", start + 0.4 * i, start + 0.4 * i + 0.3) for i, w in enumerate(words.split())]
+
+
+def test_a_run_of_five_committed_words_is_dropped_as_a_prompt_copy() -> None:
+    assert (PolicyConfig().copy_min_words, PolicyConfig().copy_lookback_words) == (5, 32)
+    p = committed_six()
+    # The model copies five committed words (the prompt) into new audio: they are dropped.
+    events = p.observe(hyp(later("seven two three four five six eight"), 2.8), 2.8, 6.0)
+    assert texts(events) == [("Partial", "seven eight")]
+    # Case and punctuation do not hide a copy; the new words still agree and are committed.
+    events = p.observe(hyp(later("seven Two, three four five six. eight"), 2.8), 2.8, 6.5)
+    assert texts(events) == [("Final", "seven eight")]
+
+
+def test_a_run_of_four_committed_words_is_kept() -> None:
+    p = committed_six()
+    events = p.observe(hyp(later("seven three four five six eight"), 2.8), 2.8, 6.0)
+    assert texts(events) == [("Partial", "seven three four five six eight")]
+
+
+def test_prompt_copies_are_dropped_in_prefixed_windows_too() -> None:
+    p = committed_six()
+    # The window still holds the committed words (decoded as the prefix): only new words come.
+    events = p.observe(hyp(later("two three four five six seven")), 0.0, 6.0, prefixed=True)
+    assert texts(events) == [("Partial", "seven")]
+
+
+def test_a_prefixed_window_repeating_the_last_committed_words_drops_them() -> None:
+    p = committed_six()
+    # After the forced prefix the decoder says its last phrase again: that is not new speech.
+    events = p.observe(hyp(later("five six seven")), 0.0, 6.0, prefixed=True)
+    assert texts(events) == [("Partial", "seven")]
+    # One repeated word may be speech ("the the"): kept.
+    q = committed_six()
+    events = q.observe(hyp(later("six seven")), 0.0, 6.0, prefixed=True)
+    assert texts(events) == [("Partial", "six seven")]
+
+
+def test_copy_guard_lookback_and_switch() -> None:
+    # Committed words older than copy_lookback_words are not compared.
+    p = committed_six(dataclasses.replace(AGREEMENT, copy_lookback_words=5))
+    events = p.observe(hyp(later("one two three four five eight"), 2.8), 2.8, 6.0)
+    assert texts(events) == [("Partial", "one two three four five eight")]
+    p = committed_six(dataclasses.replace(AGREEMENT, copy_min_words=0))  # 0 disables the guard
+    events = p.observe(hyp(later("seven two three four five six eight"), 2.8), 2.8, 6.0)
+    assert texts(events) == [("Partial", "seven two three four five six eight")]
