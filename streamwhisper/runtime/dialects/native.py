@@ -16,7 +16,7 @@ out partials (``interim_results``) or words (``word_timestamps``). Otherwise a d
 equals the one encoded.
 
 A message of a type the reader does not know (a newer peer's) decodes to
-:class:`~streamwhisper.runtime.wire.Unknown`, as do unknown fields, which are ignored. Anything
+:class:`~streamwhisper.runtime.wire.Unknown`, and fields it does not know are ignored. Anything
 else malformed raises :class:`~streamwhisper.errors.ProtocolError` (1007; ``invalid_json`` for
 text that is not JSON, else ``invalid_message``).
 """
