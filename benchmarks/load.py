@@ -34,6 +34,7 @@ from benchmarks._common import shared_data_dir  # noqa: E402
 from streamwhisper.audio.files import load_audio  # noqa: E402
 from streamwhisper.client import StreamClient  # noqa: E402
 from benchmarks.scoring import read_manifest, word_error_rate  # noqa: E402
+from streamwhisper.events import Final, Partial  # noqa: E402
 
 MANIFEST = shared_data_dir() / "eval" / "manifest.tsv"
 
@@ -85,11 +86,11 @@ async def client(url: str, audio: np.ndarray, speed: float, out: dict) -> None:
             async def read() -> None:
                 async for m in c:
                     now = time.monotonic()
-                    if m["type"] == "final":
-                        finals.append(m["text"])
-                        final_lat.extend(now - when_sent(w["end"]) for w in m["words"])
-                    elif m["type"] == "partial" and m["words"]:
-                        partial_lat.append(now - when_sent(m["end"]))
+                    if isinstance(m, Final):
+                        finals.append(m.text)
+                        final_lat.extend(now - when_sent(w.end) for w in m.words)
+                    elif isinstance(m, Partial) and m.words:
+                        partial_lat.append(now - when_sent(m.end))
 
             reader = asyncio.create_task(read())
             began = time.monotonic()

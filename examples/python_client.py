@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from streamwhisper.audio.files import load_audio
-from streamwhisper.client import stream_file
+from streamwhisper.client import Closed, ServerMessage, Unknown, stream_file
 from streamwhisper.errors import StreamWhisperError
+from streamwhisper.events import Error, Final, Partial
 
 CLEAR_LINE = "\r\x1b[2K"
 
@@ -32,21 +33,21 @@ class CaptionPrinter:
         self.out, self.err = out, err
         self.partial_shown = False
 
-    def __call__(self, message: dict[str, Any], sent_s: float) -> None:
-        kind = message["type"]
-        if kind == "partial":
-            self.out.write(CLEAR_LINE + message["text"])
-            self.partial_shown = bool(message["text"])
-        elif kind == "final" and (message["text"] or self.partial_shown):
-            self.out.write(CLEAR_LINE + (message["text"] + "\n" if message["text"] else ""))
-            self.partial_shown = False
-        elif kind == "error":
-            self.err.write(f"server error {message['code']}: {message['message']}\n")
-        elif kind == "closed":
-            self.err.write(
-                f"closed ({message['reason']}): {message['audio_seconds']:.1f} s of audio, "
-                f"{message['words']} words in {message['finals']} finals\n"
-            )
+    def __call__(self, message: ServerMessage | Unknown, sent_s: float) -> None:
+        match message:
+            case Partial(text=text):
+                self.out.write(CLEAR_LINE + text)
+                self.partial_shown = bool(text)
+            case Final(text=text) if text or self.partial_shown:
+                self.out.write(CLEAR_LINE + (text + "\n" if text else ""))
+                self.partial_shown = False
+            case Error(code=code, message=text):
+                self.err.write(f"server error {code}: {text}\n")
+            case Closed():
+                self.err.write(
+                    f"closed ({message.reason}): {message.audio_seconds:.1f} s of audio, "
+                    f"{message.words} words in {message.finals} finals\n"
+                )
         self.out.flush()
 
 

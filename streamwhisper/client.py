@@ -1,20 +1,26 @@
-"""An asyncio client for the native protocol (docs/protocol.md).
+"""An asyncio client for the native protocol (docs/protocol.md), yielding typed messages.
 
 ::
+
+    from streamwhisper.events import Final
 
     async with StreamClient.connect("ws://127.0.0.1:8765", sample_rate=16000) as client:
         await client.send_audio(samples)          # float32 samples or raw PCM bytes
         await client.eof()                        # no more audio: the server finalises
-        async for message in client:              # ready, partial, final, ..., closed
-            print(message["type"], message.get("text"))
+        async for message in client:              # Partial, Final, ..., Closed
+            if isinstance(message, Final):
+                print(message.text)
 
+Messages are the events of :mod:`streamwhisper.events` (``Partial``, ``Final``,
+``SpeechStarted``, ``SpeechEnded``, ``Error``) and :class:`Ready`, :class:`Status`,
+:class:`Closed`; a message type this client does not know (a newer server) arrives as
+:class:`Unknown`. Both directions are encoded by :mod:`streamwhisper.runtime.dialects.native`.
 :func:`stream_file` streams a file at real time (or faster) and returns every message.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -25,8 +31,20 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from .audio.convert import float32_to_pcm_s16le
+from .errors import ProtocolError
+from .events import Error
+from .runtime.dialects.native import (
+    STREAM_PATH,
+    Closed,
+    Ready,
+    ServerMessage,
+    Status,
+    decode_server_message,
+    encode_client_message,
+)
+from .runtime.wire import ClientMessage, ConfigMessage, Eof, Finalize, KeepAlive, Unknown
 
-STREAM_PATH = "/v1/stream"
+__all__ = ["Closed", "ConfigMessage", "Ready", "ServerMessage", "Status", "StreamClient", "Unknown", "stream_file"]
 
 
 class StreamClient:
@@ -35,7 +53,7 @@ class StreamClient:
     def __init__(self, ws: ClientConnection, encoding: str) -> None:
         self._ws = ws
         self._encoding = encoding
-        self.ready: dict[str, Any] | None = None
+        self.ready: Ready | None = None  # the latest ``ready``: the session's effective settings
 
     @classmethod
     def connect(cls, url: str, *, token: str | None = None, **settings: Any) -> _Connecting:
@@ -43,6 +61,7 @@ class StreamClient:
 
         ``settings`` are session settings (sample_rate, encoding, channels, language, task,
         interim_results, word_timestamps, endpointing_ms, label), sent as query parameters.
+        Entering the context raises ConnectionError when the server refuses the session.
         """
         parts = urlsplit(url)
         path = parts.path if parts.path not in ("", "/") else STREAM_PATH
@@ -60,29 +79,42 @@ class StreamClient:
         else:
             await self._ws.send(float32_to_pcm_s16le(audio))
 
-    async def send_control(self, kind: str, **fields: Any) -> None:
-        await self._ws.send(json.dumps({"type": kind, **fields}))
+    async def send(self, message: ClientMessage) -> None:
+        """Send a control message; a :class:`ConfigMessage` (before any audio) also sets the
+        encoding :meth:`send_audio` uses."""
+        if isinstance(message, ConfigMessage):
+            self._encoding = message.settings.get("encoding", self._encoding)
+        await self._ws.send(encode_client_message(message))
 
     async def finalize(self) -> None:
-        await self.send_control("finalize")
+        await self.send(Finalize())
 
     async def keepalive(self) -> None:
-        await self.send_control("keepalive")
+        await self.send(KeepAlive())
 
     async def eof(self) -> None:
-        await self.send_control("eof")
+        await self.send(Eof())
 
-    async def recv(self) -> dict[str, Any] | None:
-        """The next server message, or None once the server closed the session."""
+    async def recv(self) -> ServerMessage | Unknown | None:
+        """The next server message, or None once the server closed the session.
+
+        Raises ProtocolError when the server sends something that is not a message.
+        """
         try:
-            return json.loads(await self._ws.recv())
+            frame = await self._ws.recv()
         except ConnectionClosed:
             return None
+        if not isinstance(frame, str):
+            raise ProtocolError("the server sent a binary frame")
+        message = decode_server_message(frame)
+        if isinstance(message, Ready):
+            self.ready = message
+        return message
 
-    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+    def __aiter__(self) -> AsyncIterator[ServerMessage | Unknown]:
         return self._messages()
 
-    async def _messages(self) -> AsyncIterator[dict[str, Any]]:
+    async def _messages(self) -> AsyncIterator[ServerMessage | Unknown]:
         while (message := await self.recv()) is not None:
             yield message
 
@@ -103,12 +135,16 @@ class _Connecting:
         ws = await connect(self._url, additional_headers=self._headers, max_size=None)
         self._client = self._cls(ws, self._encoding)
         first = await self._client.recv()
-        if first is None or first.get("type") != "ready":
+        if not isinstance(first, Ready):
             code = ws.close_code
-            detail = first.get("message") if first else "connection closed"
             await ws.close()
+            if isinstance(first, Error):
+                detail = first.message
+            elif first is None:
+                detail = "connection closed"
+            else:
+                detail = f"{type(first).__name__} before ready"
             raise ConnectionError(f"session refused ({code}): {detail}")
-        self._client.ready = first
         return self._client
 
     async def __aexit__(self, *exc: object) -> None:
@@ -126,16 +162,17 @@ async def stream_file(
     *,
     speed: float = 1.0,
     chunk_s: float = 0.1,
-    on_message: Callable[[dict[str, Any], float], None] | None = None,
+    on_message: Callable[[ServerMessage | Unknown, float], None] | None = None,
     token: str | None = None,
     **settings: Any,
-) -> list[dict[str, Any]]:
-    """Stream 16 kHz float32 ``audio`` at ``speed`` x real time, then eof; returns every message.
+) -> list[ServerMessage | Unknown]:
+    """Stream 16 kHz float32 ``audio`` at ``speed`` x real time, then eof; returns every message
+    (the first is the :class:`Ready`, the last normally :class:`Closed`).
 
     ``on_message(message, sent_s)`` is called as each message arrives with the audio seconds
     sent so far (for latency measurements).
     """
-    messages: list[dict[str, Any]] = []
+    messages: list[ServerMessage | Unknown] = []
     sent = 0.0
     async with StreamClient.connect(url, token=token, sample_rate=16000, **settings) as client:
         assert client.ready is not None

@@ -6,7 +6,7 @@
      +-- ConfigError          bad settings (file, environment, flags or a client's config message)
      +-- ModelLoadError       a model that cannot be found, downloaded, verified or parsed
      +-- AudioFormatError     audio that cannot be decoded or has the wrong sample format
-     +-- ProtocolError        a client message that breaks the wire protocol (carries a close code)
+     +-- ProtocolError        a message that breaks the wire protocol (carries a close code)
      +-- AudioDeviceError     no usable microphone (no input device, no PortAudio, unknown device)
 
 A session's failure ends that session with an ``Error`` event and a close code, never the server.
@@ -32,7 +32,8 @@ class AudioFormatError(StreamWhisperError):
 
 
 class ProtocolError(StreamWhisperError):
-    """A client broke the wire protocol; ``code`` is the WebSocket close code to answer with."""
+    """A message broke the wire protocol; ``code`` is the WebSocket close code a server answers
+    a client's with, ``kind`` the error code it reports."""
 
     def __init__(self, message: str, code: int = 1007, kind: str = "invalid_message") -> None:
         super().__init__(message)

@@ -1,4 +1,4 @@
-"""What a stream tells its client: frozen dataclasses, turned into JSON only by ``runtime/wire.py``.
+"""What a stream tells its client: frozen dataclasses, turned into JSON only by ``runtime/dialects/``.
 
 Times are seconds on the audio clock (samples fed / 16,000), never wall-clock.
 

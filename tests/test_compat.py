@@ -29,8 +29,9 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import connect as sync_connect
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le, resample
-from streamwhisper.client import stream_file
+from streamwhisper.client import Closed, Ready, stream_file
 from benchmarks.scoring import word_error_rate
+from streamwhisper.events import Final
 from streamwhisper.runtime.dialects.deepgram import bare_word
 
 JFK = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
@@ -361,8 +362,8 @@ def test_vosk_malformed_input(server, jfk_audio) -> None:
 
 def test_native_endpoint_and_page_still_served(server, jfk_audio) -> None:
     messages = asyncio.run(stream_file(server.url, jfk_audio[: 16000 * 3], speed=0))
-    assert messages[0]["type"] == "ready" and messages[-1]["type"] == "closed"
-    assert any(m["type"] == "final" and m["text"] for m in messages)
+    assert isinstance(messages[0], Ready) and isinstance(messages[-1], Closed)
+    assert any(isinstance(m, Final) and m.text for m in messages)
 
     def get(path: str) -> tuple[int, str]:
         try:

@@ -13,6 +13,7 @@ from live_server import LiveServer
 from scoring import assert_delivered
 
 from benchmarks.scoring import Clip
+from streamwhisper.events import Final, Partial, Word
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CLEAR_LINE = "\r\x1b[2K"
@@ -81,22 +82,12 @@ def test_meeting_bot_posts_one_time_ordered_labelled_transcript(bot, serving_mod
 
 
 def test_transcript_holds_a_line_until_earlier_speech_is_final(bot) -> None:
-    def final(text: str, start: float, end: float, endpoint: bool) -> dict:
-        words = [{"word": w, "start": start, "end": end} for w in text.split()]
-        return {"type": "final", "text": text, "start": start, "end": end, "words": words, "endpoint": endpoint}
+    def final(text: str, start: float, end: float, endpoint: bool) -> Final:
+        words = tuple(Word(w, start, end, 1.0) for w in text.split())
+        return Final(text, start, end, words, 0, endpoint)
 
     transcript = bot.Transcript()
-    transcript.add(
-        "Ann",
-        0.0,
-        {
-            "type": "partial",
-            "text": "so",
-            "start": 1.0,
-            "end": 1.4,
-            "words": [{"word": "so", "start": 1.2, "end": 1.4}],
-        },
-    )
+    transcript.add("Ann", 0.0, Partial("so", 1.0, 1.4, (Word("so", 1.2, 1.4, 1.0),), 0))
     transcript.add("Ben", 2.0, final("hello", 1.0, 1.5, endpoint=True))  # Ben joined at 2 s: 3.0 on the meeting clock
     assert transcript.postable() == [], "Ann's utterance began at 1.2 s and is not final yet"
     transcript.add("Ann", 0.0, final("so we begin", 1.2, 2.5, endpoint=False))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -23,8 +24,9 @@ from websockets.sync.client import connect as sync_connect
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
-from streamwhisper.client import StreamClient, stream_file
+from streamwhisper.client import Closed, ConfigMessage, Ready, ServerMessage, StreamClient, Unknown, stream_file
 from benchmarks.scoring import Clip, normalize, word_error_rate
+from streamwhisper.events import Final, Partial
 
 CLIPS = [
     "en_jfk",
@@ -43,20 +45,18 @@ def clips(clips: dict[str, Clip]) -> dict[str, Clip]:
     return {name: clips[name] for name in CLIPS}
 
 
-def transcript(messages: list[dict]) -> str:
-    return " ".join(m["text"] for m in messages if m["type"] == "final" and m["text"])
+def transcript(messages: list[ServerMessage | Unknown]) -> str:
+    return " ".join(m.text for m in messages if isinstance(m, Final) and m.text)
 
 
-def check_stream(messages: list[dict], interim: bool = True) -> dict:
+def check_stream(messages: list[ServerMessage | Unknown]) -> Closed:
     """Protocol invariants of one session's messages; returns its ``closed`` summary."""
-    assert messages[0]["type"] == "ready"
-    seqs = [m["seq"] for m in messages if m["type"] in ("partial", "final")]
-    if interim:  # every partial was sent (a waiting partial may be replaced by a newer one)
-        assert seqs == sorted(set(seqs)), "seq must increase"
+    assert isinstance(messages[0], Ready)
+    seqs = [m.seq for m in messages if isinstance(m, (Partial, Final))]
     assert seqs == sorted(set(seqs)), "seq must increase"
-    ends = [w["end"] for m in messages if m["type"] == "final" for w in m["words"]]
+    ends = [w.end for m in messages if isinstance(m, Final) for w in m.words]
     assert ends == sorted(ends), "final words must follow each other in time"
-    closed = [m for m in messages if m["type"] == "closed"]
+    closed = [m for m in messages if isinstance(m, Closed)]
     assert len(closed) == 1 and messages[-1] is closed[0]
     return closed[0]
 
@@ -82,9 +82,9 @@ def test_eight_concurrent_clients_get_their_own_transcripts(serving_model, clips
     refs, hyps = [], []
     for name, messages in results.items():
         closed = check_stream(messages)
-        assert messages[0]["config"]["label"] == name
-        assert closed["reason"] == "eof"
-        assert closed["audio_seconds"] == pytest.approx(len(audio[name]) / 16000, abs=0.01)
+        assert isinstance(messages[0], Ready) and messages[0].config.label == name
+        assert closed.reason == "eof"
+        assert closed.audio_seconds == pytest.approx(len(audio[name]) / 16000, abs=0.01)
         wer = word_error_rate([clips[name].reference], [transcript(messages)])
         assert wer <= 0.35, f"{name}: WER {wer:.2f}: {transcript(messages)!r}"
         refs.append(clips[name].reference)
@@ -108,7 +108,7 @@ def test_a_vanishing_client_affects_no_one_else(serving_model, clips) -> None:
                 await asyncio.sleep(0.1)
             ws.transport.abort()  # ...the TCP connection drops without a close frame
 
-    async def run(url: str) -> list[dict]:
+    async def run(url: str) -> list[ServerMessage | Unknown]:
         results = await asyncio.gather(stream_file(url, jfk), vanish(url))
         return results[0]
 
@@ -190,16 +190,16 @@ def test_config_message_resampling_finalize_and_eof(serving_model, clips) -> Non
     audio48 = resample(load_audio(clip.wav), 16000, 48000)
     stereo = np.repeat(audio48[:, None], 2, axis=1).astype("<f4")
 
-    async def run(url: str) -> list[dict]:
+    async def run(url: str) -> list[ServerMessage | Unknown]:
         async with StreamClient.connect(url) as client:
-            await client.send_control(
-                "config", sample_rate=48000, encoding="pcm_f32le", channels=2, interim_results=False
-            )
+            config = {"sample_rate": 48000, "encoding": "pcm_f32le", "channels": 2, "interim_results": False}
+            await client.send(ConfigMessage(config))
             ready = await client.recv()
-            assert ready is not None and ready["config"] | {"sample_rate": 48000, "channels": 2} == ready["config"]
+            assert isinstance(ready, Ready) and client.ready is ready
+            assert dataclasses.asdict(ready.config) | config == dataclasses.asdict(ready.config)
             half = len(stereo) // 2
             for i in range(0, len(stereo), 4800):
-                await client.send_audio(stereo[i : i + 4800].tobytes())
+                await client.send_audio(stereo[i : i + 4800, :].ravel())  # float32 as the config says
                 if i <= half < i + 4800:
                     await client.finalize()
             await client.eof()
@@ -207,14 +207,16 @@ def test_config_message_resampling_finalize_and_eof(serving_model, clips) -> Non
 
     with LiveServer(serving_model) as server:
         messages = asyncio.run(run(server.url))
-    closed = check_stream(messages, interim=False)
-    assert closed["audio_seconds"] == pytest.approx(11.0, abs=0.01)
-    assert not [m for m in messages if m["type"] == "partial"], "interim_results=false sends no partials"
-    finals = [m for m in messages if m["type"] == "final"]
+    closed = check_stream(messages)
+    assert closed.audio_seconds == pytest.approx(11.0, abs=0.01)
+    assert not [m for m in messages if isinstance(m, Partial)], "interim_results=false sends no partials"
+    finals = [m for m in messages if isinstance(m, Final)]
     # the forced endpoint's final ends with the last word before 5.5 s; the word cut there is
     # heard whole by the next utterance, which starts a second earlier
-    forced = [m for m in finals if m["endpoint"] and 3.5 <= m["end"] <= 5.5]
-    assert forced, f"finalize at 5.5 s must end an utterance there: {[(m['start'], m['end'], m['endpoint'], m['text']) for m in finals]}"
+    forced = [m for m in finals if m.endpoint and 3.5 <= m.end <= 5.5]
+    assert forced, (
+        f"finalize at 5.5 s must end an utterance there: {[(m.start, m.end, m.endpoint, m.text) for m in finals]}"
+    )
     assert word_error_rate([clip.reference], [transcript(messages)]) <= 0.2
     assert transcript(messages).lower().count("what") == 2  # "ask not what your country": nothing lost
 
@@ -234,7 +236,7 @@ def test_sigterm_mid_stream_delivers_finals_for_all_audio_sent(clips, tmp_path) 
         names = ["en_jfk", "en_lj_LJ001-0016", "en_ps_librivox_sense_0890"]
         audio = {n: load_audio(clips[n].wav) for n in names}
 
-        async def client(name: str, sent_all: asyncio.Event) -> tuple[list[dict], int | None]:
+        async def client(name: str, sent_all: asyncio.Event) -> tuple[list[ServerMessage | Unknown], int | None]:
             async with StreamClient.connect(url) as c:
                 assert c.ready is not None
                 x = audio[name]
@@ -245,7 +247,7 @@ def test_sigterm_mid_stream_delivers_finals_for_all_audio_sent(clips, tmp_path) 
                 messages = [c.ready] + [m async for m in c]  # no eof: the server ends it
                 return messages, c.close_code
 
-        async def run() -> list[tuple[list[dict], int | None]]:
+        async def run() -> list[tuple[list[ServerMessage | Unknown], int | None]]:
             events = [asyncio.Event() for _ in names]
             tasks = [asyncio.create_task(client(n, e)) for n, e in zip(names, events, strict=True)]
             for e in events:
@@ -264,8 +266,8 @@ def test_sigterm_mid_stream_delivers_finals_for_all_audio_sent(clips, tmp_path) 
         proc.stderr.close()
     for name, (messages, code) in zip(names, results, strict=True):
         closed = check_stream(messages)
-        assert code == 1001 and closed["reason"] == "shutdown"
-        assert closed["audio_seconds"] == pytest.approx(len(audio[name]) / 16000, abs=0.01)
+        assert code == 1001 and closed.reason == "shutdown"
+        assert closed.audio_seconds == pytest.approx(len(audio[name]) / 16000, abs=0.01)
         # every word heard arrives: few deletions (a lost tail); a misheard word is the model's
         reference, hypothesis = normalize(clips[name].reference), normalize(transcript(messages))
         deleted = jiwer.process_words(reference, hypothesis).deletions / len(reference.split())

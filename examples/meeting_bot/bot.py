@@ -30,8 +30,9 @@ import numpy as np
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
-from streamwhisper.client import StreamClient
+from streamwhisper.client import ConfigMessage, Ready, ServerMessage, StreamClient, Unknown
 from streamwhisper.errors import StreamWhisperError
+from streamwhisper.events import Error, Final, Partial
 
 logger = logging.getLogger("meeting_bot")
 
@@ -78,19 +79,18 @@ class Transcript:
         self._done: list[Line] = []
         self._posted = 0
 
-    def add(self, speaker: str, offset: float, message: dict[str, Any]) -> None:
-        """Take one server message of ``speaker``'s session."""
+    def add(self, speaker: str, offset: float, message: ServerMessage | Unknown) -> None:
+        """Take one server message of ``speaker``'s session (only partials and finals count)."""
         utterance = self._open.setdefault(speaker, _Utterance())
-        kind = message.get("type")
-        if kind == "partial":
-            utterance.partial_start = offset + _first_word_start(message) if message["text"] else None
-        elif kind == "final":
-            if message["text"]:
-                utterance.texts.append(message["text"])
+        if isinstance(message, Partial):
+            utterance.partial_start = offset + _first_word_start(message) if message.text else None
+        elif isinstance(message, Final):
+            if message.text:
+                utterance.texts.append(message.text)
                 utterance.start = min(utterance.start, offset + _first_word_start(message))
-                utterance.end = max(utterance.end, offset + message["end"])
+                utterance.end = max(utterance.end, offset + message.end)
             utterance.partial_start = None
-            if message.get("endpoint"):
+            if message.endpoint:
                 if utterance.texts:
                     self._done.append(Line(utterance.start, utterance.end, speaker, " ".join(utterance.texts)))
                 self._open[speaker] = _Utterance()
@@ -117,9 +117,8 @@ class Transcript:
         return ready
 
 
-def _first_word_start(message: dict[str, Any]) -> float:
-    words = message.get("words") or ()
-    return float(words[0]["start"]) if words else float(message["start"])
+def _first_word_start(message: Partial | Final) -> float:
+    return message.words[0].start if message.words else message.start
 
 
 # -- participants and sessions -------------------------------------------------------------------
@@ -194,7 +193,7 @@ class MeetingBot:
         if self.language:
             config["language"] = self.language
         async with StreamClient.connect(self.url, token=self.token) as client:
-            await client.send_control("config", **config)  # before any audio: the session restarts with it
+            await client.send(ConfigMessage(config))  # before any audio: the session restarts with it
             reader = asyncio.create_task(self._read(client, participant))
             async for frame in participant.frames():
                 await client.send_audio(frame)
@@ -203,10 +202,10 @@ class MeetingBot:
 
     async def _read(self, client: StreamClient, participant: ParticipantAudio) -> None:
         async for message in client:
-            if message["type"] == "ready":
-                self.labels[participant.name] = message["config"]["label"]
-            elif message["type"] == "error":
-                logger.warning("%s: %s: %s", participant.name, message["code"], message["message"])
+            if isinstance(message, Ready):
+                self.labels[participant.name] = message.config.label
+            elif isinstance(message, Error):
+                logger.warning("%s: %s: %s", participant.name, message.code, message.message)
             self.transcript.add(participant.name, participant.joined_at, message)
             for line in self.transcript.postable():
                 self.post(line)

@@ -30,7 +30,8 @@ from streamwhisper.streaming.config import StreamingConfig
 
 from .captions import CaptionFile, TerminalDisplay, caption_format
 from .mic import MicSource
-from .recognition import LocalRecognition, Recognition, RemoteRecognition
+from .recognition import LocalRecognition, Recognition
+from .remote import RemoteRecognition
 
 
 @dataclass(frozen=True)

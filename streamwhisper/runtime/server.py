@@ -34,10 +34,9 @@ from streamwhisper.errors import ConfigError, ProtocolError
 from streamwhisper.model.recognizer import Recognizer
 
 from . import wire
-from .dialects import deepgram, vosk
+from .dialects import deepgram, native, vosk
 from .metrics import Metrics
 from .session import Dialect, ServerContext, Session
-from .wire import NativeDialect
 from .worker import InferenceWorker
 
 logger = logging.getLogger(__name__)
@@ -110,7 +109,7 @@ class Daemon:
         self.ctx = ServerContext(config.server, config.streaming, worker, self.metrics, model_name, asyncio.Event())
         # path -> a factory of per-session dialects (compatible protocols keep per-session state)
         self._dialects: dict[str, Callable[[], Dialect]] = {
-            wire.STREAM_PATH: NativeDialect,
+            native.STREAM_PATH: native.NativeDialect,
             deepgram.LISTEN_PATH: deepgram.DeepgramDialect,  # Deepgram live streaming
             vosk.PATH: vosk.VoskDialect,  # vosk-server (WebSocket on /; plain GET / is the page)
         }

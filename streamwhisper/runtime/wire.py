@@ -1,8 +1,9 @@
-"""The native wire protocol, version 1 (docs/protocol.md): client settings and control messages
-in, events as JSON out. The only place the native protocol is parsed or serialised.
+"""What every wire dialect shares (the native protocol in ``dialects/native.py``, Deepgram's,
+vosk's): session settings and their validation, the typed client messages every dialect parses
+its control messages into, WebSocket close codes, and the JSON helpers.
 
 Every malformed input raises :class:`~streamwhisper.errors.ProtocolError` carrying the close
-code to answer with; the session turns it into an ``error`` message, finals for the audio it
+code to answer with; the session turns it into an error message, finals for the audio it
 already heard, and that close code.
 """
 
@@ -16,11 +17,7 @@ from typing import Any, TypeAlias
 
 from streamwhisper.audio.convert import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, PCM_ENCODINGS
 from streamwhisper.errors import ProtocolError
-from streamwhisper.events import Error, Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 from streamwhisper.model.tokenizer import LANGUAGES, TO_LANGUAGE_CODE
-
-PROTOCOL = "streamwhisper.v1"
-STREAM_PATH = "/v1/stream"
 
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
@@ -51,9 +48,16 @@ class SessionSettings:
     label: str = ""  # a name for the stream (a meeting participant), echoed in ready/closed
 
     def as_json(self) -> dict[str, Any]:
+        """The settings as a JSON object (``language`` None is ``"auto"``)."""
         out = dataclasses.asdict(self)
         out["language"] = self.language or "auto"
         return out
+
+    @classmethod
+    def from_json(cls, values: Mapping[str, Any]) -> SessionSettings:
+        """The reverse of :meth:`as_json`, validated as :func:`apply_settings` does; names this
+        version does not know (a newer server's) are skipped."""
+        return apply_settings(cls(), {k: v for k, v in values.items() if k in _FIELDS})
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(SessionSettings)}
@@ -138,6 +142,7 @@ def apply_settings(base: SessionSettings, values: Mapping[str, Any]) -> SessionS
 
 
 def settings_from_query(params: Mapping[str, str], base: SessionSettings | None = None) -> SessionSettings:
+    """``base`` (default: the defaults) with the query's settings applied (``token`` skipped)."""
     return apply_settings(base or SessionSettings(), {k: v for k, v in params.items() if k not in QUERY_IGNORED})
 
 
@@ -146,6 +151,8 @@ def settings_from_query(params: Mapping[str, str], base: SessionSettings | None 
 
 @dataclass(frozen=True)
 class ConfigMessage:
+    """Session settings sent before any audio (as in :func:`apply_settings`, not yet validated)."""
+
     settings: Mapping[str, Any]
 
 
@@ -166,7 +173,8 @@ class Eof:
 
 @dataclass(frozen=True)
 class Unknown:
-    """A message type this server does not know (newer client): answered with an error, ignored."""
+    """A message of a type this end does not know, from a newer peer: the server answers it with
+    an error and goes on, the native client hands it on for its caller to skip."""
 
     type: str
 
@@ -175,137 +183,16 @@ ClientMessage: TypeAlias = ConfigMessage | Finalize | KeepAlive | Eof | Unknown
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
+    """The JSON object in ``text``; ProtocolError (1007) when it is not JSON or not an object."""
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ProtocolError(f"malformed JSON: {exc}", 1007, "invalid_json") from None
     if not isinstance(data, dict):
-        raise ProtocolError(f"a control message must be a JSON object, got {type(data).__name__}")
+        raise ProtocolError(f"a message must be a JSON object, got {type(data).__name__}")
     return data
 
 
-def parse_client_text(text: str) -> ClientMessage:
-    """A JSON control message -> ClientMessage. Raises ProtocolError (1007) when malformed."""
-    data = parse_json_object(text)
-    kind = data.get("type")
-    if not isinstance(kind, str):
-        raise ProtocolError('a control message needs a string "type" (config, finalize, keepalive or eof)')
-    if kind == "config":
-        settings = {k: v for k, v in data.items() if k != "type"}
-        if isinstance(settings.get("config"), Mapping) and len(settings) == 1:
-            settings = dict(settings["config"])  # {"type": "config", "config": {...}}
-        return ConfigMessage(settings)
-    if len(data) > 1:
-        raise ProtocolError(f"message {kind!r} takes no fields")
-    if kind == "finalize":
-        return Finalize()
-    if kind == "keepalive":
-        return KeepAlive()
-    if kind == "eof":
-        return Eof()
-    return Unknown(kind[:40])
-
-
-# Server messages ----------------------------------------------------------------------------
-
-
-def _t(seconds: float) -> float:
-    return round(seconds, 3)
-
-
-def _words(words: tuple[Word, ...]) -> list[dict[str, Any]]:
-    return [
-        {"word": w.word.strip(), "start": _t(w.start), "end": _t(w.end), "probability": round(w.probability, 3)}
-        for w in words
-    ]
-
-
 def dumps(message: Mapping[str, Any]) -> str:
+    """Compact JSON text, non-ASCII kept as is; NaN and infinity refused."""
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def event_message(event: Event, settings: SessionSettings) -> dict[str, Any] | None:
-    """The JSON object for an event, or None when the client asked not to get it."""
-    if isinstance(event, (Partial, Final)):
-        if isinstance(event, Partial) and not settings.interim_results:
-            return None
-        out: dict[str, Any] = {
-            "type": "final" if isinstance(event, Final) else "partial",
-            "seq": event.seq,
-            "text": event.text,
-            "start": _t(event.start),
-            "end": _t(event.end),
-        }
-        if settings.word_timestamps:
-            out["words"] = _words(event.words)
-        if isinstance(event, Final):
-            out["endpoint"] = event.endpoint
-        return out
-    if isinstance(event, SpeechStarted):
-        return {"type": "speech_started", "time": _t(event.time)}
-    if isinstance(event, SpeechEnded):
-        return {"type": "speech_ended", "time": _t(event.time)}
-    if isinstance(event, Error):
-        return error_message(event.code, event.message)
-    raise TypeError(f"not an event: {event!r}")
-
-
-def ready_message(session_id: str, model: str, settings: SessionSettings, limits: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "ready",
-        "protocol": PROTOCOL,
-        "session_id": session_id,
-        "model": model,
-        "config": settings.as_json(),
-        "limits": dict(limits),
-    }
-
-
-def error_message(code: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "code": code, "message": message}
-
-
-def status_message(lag_s: float, step_s: float) -> dict[str, Any]:
-    """How far the transcript lags the audio, and the step the server uses for this session."""
-    return {"type": "status", "lag": _t(max(lag_s, 0.0)), "step": _t(step_s)}
-
-
-def closed_message(audio_seconds: float, words: int, finals: int, reason: str) -> dict[str, Any]:
-    return {
-        "type": "closed",
-        "reason": reason,
-        "audio_seconds": _t(audio_seconds),
-        "words": words,
-        "finals": finals,
-    }
-
-
-class NativeDialect:
-    """The native protocol as the session's Dialect (``session`` is a session.SessionInfo)."""
-
-    name = "native"
-
-    def settings(self, query: Mapping[str, str]) -> SessionSettings:
-        return settings_from_query(query)
-
-    def parse(self, text: str) -> ClientMessage:
-        return parse_client_text(text)
-
-    def ready(self, session: Any) -> str:
-        return dumps(ready_message(session.id, session.model, session.settings, session.limits))
-
-    def event(self, event: Event, session: Any) -> str | None:
-        message = event_message(event, session.settings)
-        return None if message is None else dumps(message)
-
-    def audio(self, session: Any) -> None:
-        return None
-
-    def error(self, code: str, message: str) -> str:
-        return dumps(error_message(code, message))
-
-    def status(self, lag_s: float, step_s: float) -> str:
-        return dumps(status_message(lag_s, step_s))
-
-    def closed(self, session: Any, reason: str) -> str:
-        return dumps(closed_message(session.audio_seconds, session.words, session.finals, reason))
