@@ -258,7 +258,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError("nothing to replay: give audio files or --manifest")
     streaming = config.streaming if args.step is None else replace(config.streaming, min_step_s=args.step)
     model = load_configured_model(config)
-    recognizer = WhisperRecognizer(model)
+    recognizer = WhisperRecognizer(model, config.recognizer)
     transcriber = Transcriber(model)
     if any(c.seconds == 0.0 for c in clips):  # plain files: the offline transcript is the reference
         from .audio.files import load_audio
