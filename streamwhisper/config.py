@@ -138,9 +138,9 @@ def load_config(
             raise ConfigError(f"{path}: invalid TOML ({exc})") from None
         config = _merge(config, data, str(path))
     from_env: dict[str, dict[str, Any]] = {}
-    for name, section, key, value_of in ENV_ALIASES:
-        if env.get(name):
-            from_env.setdefault(section, {})[key] = value_of(env[name])
+    for alias, alias_section, key, value_of in ENV_ALIASES:
+        if env.get(alias):
+            from_env.setdefault(alias_section, {})[key] = value_of(env[alias])
     sections = {f.name for f in dataclasses.fields(config)}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX):

@@ -391,3 +391,16 @@ def test_recognizer_flag_beats_env_beats_file(
     assert cli.main(["serve", "--config", str(_write(tmp_path, RECOGNIZER_TOML))]) == 0
     assert [r.config.beam_size for r in served] == [0, 2, 3]
     assert all(r.config.audio_ctx == "fit" for r in served)  # the file's other keys stay
+
+
+def test_transcribe_temperatures_are_offline_options() -> None:
+    args = cli.build_parser().parse_args(["transcribe", "a.wav", "--temperatures", "0,0.5", "--beam-size", "3"])
+    assert args.temperatures == (0.0, 0.5)
+    assert cli.resolve_config(args).recognizer == RecognizerConfig()  # not the streaming recogniser's
+
+
+def test_bad_temperatures_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.build_parser().parse_args(["serve", "--temperatures", "0,hot"])
+    assert info.value.code == cli.EXIT_USAGE
+    assert "comma-separated list of numbers" in capsys.readouterr().err
