@@ -67,11 +67,12 @@ def main() -> None:
     import torch
 
     from streamwhisper.model.loading import load_model
-    from streamwhisper.model.serving import RecognizerOptions, WhisperRecognizer
+    from streamwhisper.model.config import RecognizerConfig
+    from streamwhisper.model.serving import WhisperRecognizer
 
     torch.set_num_threads(args.threads)
     model = load_model(args.model, compute_type=args.compute)
-    options = RecognizerOptions(batch_decode=False) if args.sequential else RecognizerOptions()
+    options = RecognizerConfig(batch_decode=not args.sequential)
     recognizer = WhisperRecognizer(model, options)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.requests and args.requests.exists():

@@ -23,7 +23,7 @@ def openai_state_dict(name: str) -> tuple[dict[str, int], dict]:  # type: ignore
     """(dims, state dict) in OpenAI's layout for a streamwhisper model name or path."""
     import torch
 
-    from streamwhisper.model.weights import resolve_weights
+    from streamwhisper.model.sources import resolve_weights
 
     weights = resolve_weights(name)
     dims = weights.dims.as_dict()

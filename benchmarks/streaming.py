@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     config = resolve_config(args)
     streaming = config.streaming if args.step is None else replace(config.streaming, min_step_s=args.step)
     model = load_configured_model(config)
-    recognizer = WhisperRecognizer(model)
+    recognizer = WhisperRecognizer(model, config.recognizer)
     transcriber = Transcriber(model)
     runs = []
     for clip in clips:

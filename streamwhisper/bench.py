@@ -205,7 +205,7 @@ def run_bench(args: argparse.Namespace, config: Any, model: Any) -> int:
         if not Path(f).is_file():
             raise ConfigError(f"{f}: no such file")
     streaming = config.streaming if args.step is None else replace(config.streaming, min_step_s=args.step)
-    recognizer = WhisperRecognizer(model)
+    recognizer = WhisperRecognizer(model, config.recognizer)
     transcriber = Transcriber(model)
     runs = []
     for f in args.files:

@@ -27,12 +27,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"streamwhisper: error: {message} (see --help)\n")
 
 
-def _add_model_flags(p: argparse.ArgumentParser, device_flag: str = "--device") -> None:
+def _temperatures(text: str) -> tuple[float, ...]:
+    """``--temperatures 0,0.4`` -> (0.0, 0.4)."""
+    try:
+        return tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+
+
+def _add_model_flags(p: argparse.ArgumentParser, device_flag: str = "--device", streaming: bool = True) -> None:
+    """The [model] flags, and with ``streaming`` the common [recognizer] ones."""
     p.add_argument("--config", metavar="FILE", help="TOML settings file (see config/streamwhisper.toml)")
     p.add_argument("--model", help="model name, CTranslate2 directory or .pt file (default tiny.en)")
     p.add_argument(device_flag, dest="device", help="cpu, cuda or cuda:N")
     p.add_argument("--compute-type", help="default, float32, mixed, int8_logits, int8, float16, bfloat16")
     p.add_argument("--threads", type=int, help="torch threads (0 = one per core)")
+    if streaming:
+        p.add_argument("--beam-size", type=int, help="beam search width of a lone window (default 5; 0 = greedy)")
+        p.add_argument(
+            "--temperatures", type=_temperatures, metavar="T,T...", help="fallback temperatures (default 0,0.4)"
+        )
+        p.add_argument(
+            "--audio-ctx", choices=("auto", "fit", "full"), help="encode windows padded to 30 s (full) or fitted (fit)"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,10 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("transcribe", help="transcribe audio files offline")
     t.add_argument("files", nargs="+", metavar="FILE")
-    _add_model_flags(t)
+    _add_model_flags(t, streaming=False)
     t.add_argument("--language", help="language code or name (default: detect; English-only models: en)")
     t.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
     t.add_argument("--beam-size", type=int, help="beam search width (default greedy)")
+    t.add_argument(
+        "--temperatures", type=_temperatures, metavar="T,T...", help="fallback temperatures (default 0,0.2,...,1)"
+    )
     t.add_argument("--temperature-fallback", action=argparse.BooleanOptionalAction, default=True)
     t.add_argument("--initial-prompt", help="text to condition the first window on")
     t.add_argument("--condition-on-previous-text", action=argparse.BooleanOptionalAction, default=True)
@@ -98,6 +118,12 @@ def resolve_config(args: argparse.Namespace) -> Config:
         },
         "server": {"host": getattr(args, "host", None), "port": getattr(args, "port", None)},
     }
+    if getattr(args, "command", None) != "transcribe":  # its --beam-size and --temperatures are offline options
+        overrides["recognizer"] = {
+            "beam_size": getattr(args, "beam_size", None),
+            "audio_ctx": getattr(args, "audio_ctx", None),
+            "fallback": {"temperatures": getattr(args, "temperatures", None)},
+        }
     return load_config(getattr(args, "config", None), overrides=overrides)
 
 
@@ -106,15 +132,15 @@ def load_configured_model(config: Config):  # type: ignore[no-untyped-def]
     from .model.loading import configure_threads, load_model
 
     configure_threads(config.model.threads)
-    return load_model(
-        config.model.name, config.model.device, config.model.compute_type, config.model.download_root or None
-    )
+    m = config.model
+    return load_model(m.name, m.device, m.compute_type, m.download_root or None, m.download_url or None)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from .model.weights import DEFAULT_MODEL, available_models
+    from .model.sources import DEFAULT_MODEL, available_models
 
-    for name, where in available_models():
+    root = resolve_config(args).model.download_root
+    for name, where in available_models(Path(root) if root else None):
         marker = "*" if name == DEFAULT_MODEL else " "
         print(f"{marker} {name:<16} {where}")
     print("(* default)")
@@ -126,8 +152,9 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
     from .audio.files import load_audio
     from .model.decoding import DecodeOptions
-    from .transcribe import TranscribeOptions, Transcriber
+    from .model.fallback import FallbackRule
     from .outputs import to_json, to_srt, to_txt, to_vtt, write_result
+    from .transcribe import TranscribeOptions, Transcriber
 
     config = resolve_config(args)
     for f in args.files:  # fail before loading the model when a file is missing
@@ -135,16 +162,18 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
             raise StreamWhisperError(f"{f}: no such file")
     if args.beam_size is not None and args.beam_size < 1:
         raise StreamWhisperError("--beam-size must be at least 1")
+    fallback = FallbackRule() if args.temperatures is None else FallbackRule(args.temperatures)
     model = load_configured_model(config)
     transcriber = Transcriber(model)
     options = TranscribeOptions(
         decode=DecodeOptions(task=args.task, language=args.language, beam_size=args.beam_size),
+        fallback=fallback,
         initial_prompt=args.initial_prompt,
         condition_on_previous_text=args.condition_on_previous_text,
         word_timestamps=args.word_timestamps,
     )
     if not args.temperature_fallback:
-        options = replace(options, temperatures=(0.0,))
+        options = replace(options, fallback=replace(fallback, temperatures=fallback.temperatures[:1]))
     if args.language is not None:
         transcriber.tokenizer(args.language, args.task)  # unknown language: a clean error now
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
@@ -175,7 +204,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .runtime.server import Daemon, warm_up
 
     config = resolve_config(args)
-    recognizer = WhisperRecognizer(load_configured_model(config))
+    recognizer = WhisperRecognizer(load_configured_model(config), config.recognizer)
     warm_up(recognizer)
 
     async def run() -> None:
@@ -213,7 +242,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
     )
 
     def load() -> WhisperRecognizer:
-        recognizer = WhisperRecognizer(load_configured_model(config))
+        recognizer = WhisperRecognizer(load_configured_model(config), config.recognizer)
         warm_up(recognizer)
         return recognizer
 

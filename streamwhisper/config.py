@@ -1,9 +1,13 @@
 """Layered configuration, resolved once: dataclass defaults -> TOML file -> environment -> flags.
 
-Every setting lives in a frozen dataclass section (``[model]``, ``[streaming]``, ...). The same
-setting is ``key`` under ``[section]`` in the TOML file, ``STREAMWHISPER_<SECTION>_<KEY>`` in the
-environment, and a command-line flag where the CLI offers one. ``config/streamwhisper.toml``
-documents every key with its default (a test keeps the two equal).
+This module defines no setting: each stage's frozen, validated dataclass lives beside its code
+(``[model]`` and ``[recognizer]`` in ``model/config.py``, ``[streaming]`` in
+``streaming/config.py`` with ``[streaming.vad]`` from ``audio/vad.py``, ``[server]`` in
+``runtime/config.py``); :class:`Config` holds one of each. The same setting is ``key`` under
+``[section]`` in the TOML file, ``STREAMWHISPER_<SECTION>_<KEY>`` in the environment (nested
+tables too: ``STREAMWHISPER_RECOGNIZER_FALLBACK_TEMPERATURES``), and a command-line flag where
+the CLI offers one. ``config/streamwhisper.toml`` documents every key with its default (a test
+keeps the two equal).
 """
 
 from __future__ import annotations
@@ -15,85 +19,29 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
+from .model.config import ModelConfig, RecognizerConfig
+from .runtime.config import ServerConfig
 from .streaming.config import StreamingConfig
 
 ENV_PREFIX = "STREAMWHISPER_"
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Which model to run, and how."""
-
-    name: str = "tiny.en"  # a known name (streamwhisper models), a CTranslate2 dir or a .pt file
-    device: str = "cpu"  # cpu, cuda, cuda:N
-    compute_type: str = "default"  # default, float32, mixed, int8_logits, int8, float16, bfloat16
-    threads: int = 0  # torch intra-op threads; 0 = one per core
-    download_root: str = ""  # where official checkpoints are cached; "" = ~/.cache/streamwhisper
-
-    def __post_init__(self) -> None:
-        if self.threads < 0:
-            raise ConfigError("model.threads must be >= 0")
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """The daemon (``streamwhisper serve``): address, security, limits and the inference worker."""
-
-    host: str = "127.0.0.1"
-    port: int = 8765
-    # Clients must send this token (Authorization: Bearer, or ?token=); "" = no authentication.
-    auth_token: str = ""
-    # Origin headers accepted from browsers (e.g. "https://captions.example.org"); empty = any.
-    allowed_origins: tuple[str, ...] = ()
-    # wss: both files set turns TLS on.
-    tls_cert: str = ""
-    tls_key: str = ""
-    max_sessions: int = 16
-    max_message_bytes: int = 1_048_576  # a larger frame closes the session with 1009
-    max_session_s: float = 14_400.0  # session duration limit (4 h); 0 = none
-    idle_timeout_s: float = 60.0  # no message for this long ends the session; 0 = never
-    # Messages waiting for a client that does not read; beyond this the session is closed (1008).
-    max_outbox: int = 256
-    # Requests run together by the inference worker (encoder batch and decoder steps).
-    max_batch: int = 16
-    # A session whose transcript lags this far behind its audio sends requests less often (longer
-    # steps, fewer partials); when the mean lag of all sessions is above refuse_lag_s, new
-    # sessions are refused with 1013.
-    degrade_lag_s: float = 1.5
-    refuse_lag_s: float = 4.0
-    max_step_s: float = 4.0
-    # Send the browser captioning page at "/".
-    web_page: bool = True
-    # Seconds a graceful shutdown waits for the last finals before closing anyway.
-    shutdown_timeout_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError("server.port must be in [0, 65535]")
-        if self.max_sessions < 1:
-            raise ConfigError("server.max_sessions must be >= 1")
-        if self.max_message_bytes < 1024:
-            raise ConfigError("server.max_message_bytes must be >= 1024")
-        if self.max_session_s < 0 or self.idle_timeout_s < 0:
-            raise ConfigError("server.max_session_s and server.idle_timeout_s must be >= 0")
-        if self.max_outbox < 8:
-            raise ConfigError("server.max_outbox must be >= 8")
-        if self.max_batch < 1:
-            raise ConfigError("server.max_batch must be >= 1")
-        if bool(self.tls_cert) != bool(self.tls_key):
-            raise ConfigError("server.tls_cert and server.tls_key must be given together")
-        if not 0 < self.degrade_lag_s < self.refuse_lag_s:
-            raise ConfigError("need 0 < server.degrade_lag_s < server.refuse_lag_s")
-        if self.max_step_s < 1.0:
-            raise ConfigError("server.max_step_s must be >= 1")
+# Variables older than the STREAMWHISPER_<SECTION>_<KEY> scheme, read as the setting they stand
+# for, in this order (a later one wins; the setting's own variable wins over all of them).
+ENV_ALIASES: tuple[tuple[str, str, str, Callable[[str], str]], ...] = (
+    ("XDG_CACHE_HOME", "model", "download_root", lambda value: os.path.join(value, "streamwhisper")),
+    ("STREAMWHISPER_CACHE", "model", "download_root", str),
+    ("STREAMWHISPER_DOWNLOAD_URL", "model", "download_url", str),
+)
 
 
 @dataclass(frozen=True)
 class Config:
+    """Every stage's settings, one section each: each stage's frozen config lives beside its code."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
+    recognizer: RecognizerConfig = field(default_factory=RecognizerConfig)
     streaming: StreamingConfig = field(default_factory=StreamingConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
 
@@ -172,8 +120,10 @@ def load_config(
 ) -> Config:
     """Resolve the configuration: defaults, then ``path`` (TOML), then ``env``, then ``overrides``.
 
-    ``overrides`` maps section -> {key: value} for flags given on the command line (None values
-    are ignored, so unset flags keep the layers below them).
+    ``overrides`` maps section -> {key: value} (nested tables as nested mappings) for flags given
+    on the command line (None values are ignored, so unset flags keep the layers below them).
+    ``env`` also holds the older names of settings (``ENV_ALIASES``: ``STREAMWHISPER_CACHE``,
+    ``STREAMWHISPER_DOWNLOAD_URL``, ``XDG_CACHE_HOME``).
     Raises:
         ConfigError: unreadable file, unknown section or key, a value of the wrong type.
     """
@@ -187,7 +137,10 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML ({exc})") from None
         config = _merge(config, data, str(path))
-    from_env: dict[str, dict[str, str]] = {}
+    from_env: dict[str, dict[str, Any]] = {}
+    for alias, alias_section, key, value_of in ENV_ALIASES:
+        if env.get(alias):
+            from_env.setdefault(alias_section, {})[key] = value_of(env[alias])
     sections = {f.name for f in dataclasses.fields(config)}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX):
@@ -195,13 +148,17 @@ def load_config(
         rest = name[len(ENV_PREFIX) :].lower()
         section = next((s for s in sections if rest.startswith(s + "_")), None)
         if section is None:
-            continue  # other STREAMWHISPER_* variables (cache paths, download URL) are not settings
+            continue  # other STREAMWHISPER_* variables are not settings
         _place_env(getattr(config, section), rest[len(section) + 1 :], value, from_env.setdefault(section, {}))
     config = _merge(config, from_env, "environment")
     if overrides:
-        cleaned = {s: {k: v for k, v in kv.items() if v is not None} for s, kv in overrides.items()}
-        config = _merge(config, cleaned, "command line")
+        config = _merge(config, _without_none(overrides), "command line")
     return config
+
+
+def _without_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without its None entries, in nested tables too (flags that were not given)."""
+    return {k: _without_none(v) if isinstance(v, Mapping) else v for k, v in values.items() if v is not None}
 
 
 def _place_env(section: Any, rest: str, value: str, into: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """Offline transcription of a whole recording, 30 s window after window (Whisper's transcribe).
 
-Each window is decoded with temperature fallback; timestamp tokens split it into segments and
-say where the next window starts; the text so far conditions the next window's decoding.
+Each window is decoded with Whisper's temperature fallback (:mod:`streamwhisper.model.fallback`);
+timestamp tokens split it into segments and say where the next window starts; the text so far
+conditions the next window's decoding.
 """
 
 from __future__ import annotations
@@ -13,18 +14,19 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .audio.mel import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel, pad_or_trim
+from .audio.mel import log_mel, pad_or_trim
 from .errors import ConfigError
 from .model.decoding import DecodeOptions, DecodingResult, decode, detect_language, with_temperature
+from .model.fallback import FallbackRule
 from .model.timing import clamp_long_words, find_alignment, merge_punctuations
 from .model.tokenizer import Tokenizer, get_tokenizer
 from .model.whisper import Whisper
+from .whisper_input import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, TIME_PRECISION
 
 log = logging.getLogger(__name__)
 
 INPUT_STRIDE = 2  # mel frames per audio token
 DIGITAL_SILENCE = 1e-4  # peak amplitude (-80 dBFS) under which a window holds no signal
-TIME_PRECISION = INPUT_STRIDE * HOP_LENGTH / SAMPLE_RATE  # 0.02 s per timestamp token
 
 
 @dataclass(frozen=True)
@@ -59,46 +61,30 @@ class TranscriptionResult:
 
 @dataclass(frozen=True)
 class TranscribeOptions:
-    """Options of a whole-file transcription; ``decode`` holds the per-window decoding options."""
+    """Options of a whole-file transcription.
+
+    ``decode`` holds the per-window decoding options; ``fallback`` the temperatures each window
+    may be decoded at and Whisper's thresholds for trying the next one (and for skipping a
+    silent window).
+    """
 
     decode: DecodeOptions = field(default_factory=DecodeOptions)
-    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    compression_ratio_threshold: float | None = 2.4
-    logprob_threshold: float | None = -1.0
-    no_speech_threshold: float | None = 0.6
+    fallback: FallbackRule = field(default_factory=FallbackRule)
     condition_on_previous_text: bool = True
     initial_prompt: str | None = None
     word_timestamps: bool = False
 
 
-def needs_fallback(result: DecodingResult, options: TranscribeOptions) -> bool:
-    """True when a window's decoding looks like a loop or garbage (and not like silence)."""
-    if options.compression_ratio_threshold is not None and result.compression_ratio > options.compression_ratio_threshold:
-        return True
-    low_logprob = options.logprob_threshold is not None and result.avg_logprob < options.logprob_threshold
-    silent = options.no_speech_threshold is not None and result.no_speech_prob > options.no_speech_threshold
-    return low_logprob and not silent
-
-
-def is_silence(result: DecodingResult, options: TranscribeOptions) -> bool:
-    """Whisper's skip rule: a confident no-speech unless the text is itself confident."""
-    if options.no_speech_threshold is None or result.no_speech_prob <= options.no_speech_threshold:
-        return False
-    return not (options.logprob_threshold is not None and result.avg_logprob > options.logprob_threshold)
-
-
 def decode_with_fallback(
     model: Whisper, tokenizer: Tokenizer, features: torch.Tensor, decode_options: DecodeOptions, options: TranscribeOptions
 ) -> DecodingResult:
-    """Decode one window, retrying at higher temperatures while the result needs it."""
+    """Decode one window, retrying at higher temperatures while the fallback rule says so."""
     cache = model.new_cache(features)
-    result: DecodingResult | None = None
-    for temperature in options.temperatures:
-        result = decode(model, tokenizer, features, with_temperature(decode_options, temperature), cache)[0]
-        if not needs_fallback(result, options):
-            break
-    assert result is not None
-    return result
+
+    def decode_at(temperature: float) -> DecodingResult:
+        return decode(model, tokenizer, features, with_temperature(decode_options, temperature), cache)[0]
+
+    return options.fallback.decode(decode_at)
 
 
 class Transcriber:
@@ -174,7 +160,7 @@ class Transcriber:
             features = self.encode(mel_segment)
             prompt = tuple(all_tokens[prompt_reset_since:])
             result = decode_with_fallback(model, tokenizer, features, replace(decode_options, prompt=prompt or None), options)
-            if is_silence(result, options):
+            if options.fallback.is_silence(result):
                 seek += segment_size
                 if progress:
                     progress(min(seek, content_frames) * HOP_LENGTH / SAMPLE_RATE, duration)

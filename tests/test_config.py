@@ -7,6 +7,7 @@ no null, so keys whose default is None are present only as a commented-out examp
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -14,9 +15,15 @@ from typing import Any
 
 import pytest
 
-from streamwhisper.config import Config, ModelConfig, ServerConfig, as_toml_defaults, load_config
+from streamwhisper import cli
+from streamwhisper.audio.vad import VadConfig
+from streamwhisper.config import Config, as_toml_defaults, load_config
 from streamwhisper.errors import ConfigError
-from streamwhisper.streaming.config import PolicyConfig, StreamingConfig, VadConfig
+from streamwhisper.model.config import ModelConfig, RecognizerConfig
+from streamwhisper.model.fallback import FallbackRule
+from streamwhisper.runtime import server
+from streamwhisper.runtime.config import ServerConfig
+from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "streamwhisper.toml"
 
@@ -98,9 +105,11 @@ def _leaf_fields(obj: Any):  # type: ignore[no-untyped-def]
 
 def test_as_toml_defaults_covers_every_dataclass_field() -> None:
     defaults = as_toml_defaults()
-    assert set(defaults) == {"model", "streaming", "server"}
+    assert set(defaults) == {"model", "recognizer", "streaming", "server"}
     assert set(defaults["server"]) == {f.name for f in dataclasses.fields(ServerConfig)}
     assert set(defaults["model"]) == {f.name for f in dataclasses.fields(ModelConfig)}
+    assert set(defaults["recognizer"]) == {f.name for f in dataclasses.fields(RecognizerConfig)}
+    assert set(defaults["recognizer"]["fallback"]) == {f.name for f in dataclasses.fields(FallbackRule)}
     assert set(defaults["streaming"]) == {f.name for f in dataclasses.fields(StreamingConfig)}
     assert set(defaults["streaming"]["vad"]) == {f.name for f in dataclasses.fields(VadConfig)}
     assert set(defaults["streaming"]["policy"]) == {f.name for f in dataclasses.fields(PolicyConfig)}
@@ -167,8 +176,17 @@ def test_env_empty_value_sets_an_optional_key_to_none(tmp_path: Path) -> None:
 
 
 def test_env_variables_that_are_not_settings_are_ignored() -> None:
-    env = {"STREAMWHISPER_CACHE": "/tmp/x", "STREAMWHISPER_DOWNLOAD_URL": "http://x", "OTHER_MODEL_NAME": "base"}
+    env = {"STREAMWHISPER_REGEN_GOLDEN": "1", "STREAMWHISPER_SHARED_DATA": "/data", "OTHER_MODEL_NAME": "base"}
     assert load_config(env=env) == Config()
+
+
+def test_older_variables_are_read_as_the_settings_they_name() -> None:
+    env = {"STREAMWHISPER_CACHE": "/tmp/x", "STREAMWHISPER_DOWNLOAD_URL": "http://x", "XDG_CACHE_HOME": "/xdg"}
+    model = load_config(env=env).model
+    assert (model.download_root, model.download_url) == ("/tmp/x", "http://x")
+    assert load_config(env={"XDG_CACHE_HOME": "/xdg"}).model.download_root == "/xdg/streamwhisper"
+    newer = {**env, "STREAMWHISPER_MODEL_DOWNLOAD_ROOT": "/new"}
+    assert load_config(env=newer).model.download_root == "/new"  # the setting's own variable wins
 
 
 def test_nested_overrides() -> None:
@@ -256,6 +274,13 @@ def test_unknown_override_raises_config_error() -> None:
         ("streaming", {"policy": {"loop_min_repeats": 1}}, "loop_min_repeats"),
         ("streaming", {"policy": {"max_prompt_tokens": 500}}, "max_prompt_tokens"),
         ("streaming", {"policy": {"compression_ratio_threshold": 0.0}}, "compression_ratio_threshold"),
+        ("recognizer", {"audio_ctx": "half"}, "audio_ctx must be auto, fit or full"),
+        ("recognizer", {"beam_size": -1}, "beam_size must be >= 0"),
+        ("recognizer", {"encode_batch": 0}, "encode_batch"),
+        ("recognizer", {"pad": "noise"}, "pad must be silence or zero"),
+        ("recognizer", {"fallback": {"temperatures": ()}}, "temperatures"),
+        ("recognizer", {"fallback": {"temperatures": (0.4, 0.0)}}, "increasing order"),
+        ("recognizer", {"fallback": {"compression_ratio_threshold": 0.0}}, "compression_ratio_threshold"),
     ],
 )
 def test_invalid_values_are_rejected(section: str, values: dict[str, Any], expected: str) -> None:
@@ -272,9 +297,110 @@ def test_dataclasses_validate_on_construction() -> None:
         PolicyConfig(loop_max_ngram=0)
     with pytest.raises(ConfigError):
         StreamingConfig(force_commit_s=29.8)  # leaves less than min_step_s of room in the window
+    with pytest.raises(ConfigError):
+        RecognizerConfig(min_ctx_s=40.0)
+    with pytest.raises(ConfigError):
+        FallbackRule(no_speech_threshold=2.0)
     assert StreamingConfig(language="en").language == "en"
 
 
 def test_config_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         Config().model.name = "base"  # type: ignore[misc]
+
+
+def test_each_threshold_has_one_definition() -> None:
+    """The streaming policy's guards start from the fallback rule's (Whisper's) thresholds."""
+    rule, policy = FallbackRule(), PolicyConfig()
+    assert policy.compression_ratio_threshold == rule.compression_ratio_threshold
+    assert policy.no_speech_threshold == rule.no_speech_threshold
+    assert policy.no_speech_logprob == rule.logprob_threshold
+    assert RecognizerConfig().fallback == dataclasses.replace(rule, temperatures=(0.0, 0.4))
+
+
+# ---------------------------------------------------------------- the recogniser the CLI builds
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Run ``streamwhisper serve`` up to the daemon, with a small random model; collects the
+    recognisers it builds."""
+    import torch
+
+    from streamwhisper.model.whisper import ModelDimensions, Whisper
+
+    dims = ModelDimensions(
+        n_mels=80, n_audio_ctx=1500, n_audio_state=64, n_audio_head=1, n_audio_layer=1,
+        n_vocab=51864, n_text_ctx=448, n_text_state=64, n_text_head=1, n_text_layer=1,
+    )
+    with torch.device("meta"):
+        model = Whisper(dims)
+    model = model.to_empty(device="cpu")
+    built: list[Any] = []
+
+    class Daemon:
+        url = "ws://127.0.0.1:0"
+
+        def __init__(self, config: Config, recognizer: Any, model_name: str) -> None:
+            built.append(recognizer)
+
+        async def start(self) -> None:
+            pass
+
+        async def serve_forever(self) -> None:
+            pass
+
+    for name in [n for n in os.environ if n.startswith("STREAMWHISPER_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(cli, "load_configured_model", lambda config: model)
+    monkeypatch.setattr(server, "Daemon", Daemon)
+    monkeypatch.setattr(server, "warm_up", lambda recognizer: None)
+    return built
+
+
+RECOGNIZER_TOML = '[recognizer]\nbeam_size = 2\naudio_ctx = "fit"\n[recognizer.fallback]\ntemperatures = [0.0, 0.2]\n'
+
+
+@pytest.mark.parametrize("layer", ["toml", "env", "flags"])
+def test_recognizer_settings_reach_the_recognizer_serve_builds(
+    layer: str, served: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["serve"]
+    if layer == "toml":
+        argv += ["--config", str(_write(tmp_path, RECOGNIZER_TOML))]
+    elif layer == "env":
+        monkeypatch.setenv("STREAMWHISPER_RECOGNIZER_BEAM_SIZE", "2")
+        monkeypatch.setenv("STREAMWHISPER_RECOGNIZER_AUDIO_CTX", "fit")
+        monkeypatch.setenv("STREAMWHISPER_RECOGNIZER_FALLBACK_TEMPERATURES", "0,0.2")
+    else:
+        argv += ["--beam-size", "2", "--audio-ctx", "fit", "--temperatures", "0,0.2"]
+    assert cli.main(argv) == 0
+    (recognizer,) = served
+    expected = RecognizerConfig(beam_size=2, audio_ctx="fit", fallback=FallbackRule(temperatures=(0.0, 0.2)))
+    assert recognizer.config == expected
+
+
+def test_recognizer_flag_beats_env_beats_file(
+    served: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STREAMWHISPER_RECOGNIZER_BEAM_SIZE", "3")
+    assert cli.main(["serve", "--config", str(_write(tmp_path, RECOGNIZER_TOML)), "--beam-size", "0"]) == 0
+    monkeypatch.delenv("STREAMWHISPER_RECOGNIZER_BEAM_SIZE")
+    assert cli.main(["serve", "--config", str(_write(tmp_path, RECOGNIZER_TOML))]) == 0
+    monkeypatch.setenv("STREAMWHISPER_RECOGNIZER_BEAM_SIZE", "3")
+    assert cli.main(["serve", "--config", str(_write(tmp_path, RECOGNIZER_TOML))]) == 0
+    assert [r.config.beam_size for r in served] == [0, 2, 3]
+    assert all(r.config.audio_ctx == "fit" for r in served)  # the file's other keys stay
+
+
+def test_transcribe_temperatures_are_offline_options() -> None:
+    args = cli.build_parser().parse_args(["transcribe", "a.wav", "--temperatures", "0,0.5", "--beam-size", "3"])
+    assert args.temperatures == (0.0, 0.5)
+    assert cli.resolve_config(args).recognizer == RecognizerConfig()  # not the streaming recogniser's
+
+
+def test_bad_temperatures_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.build_parser().parse_args(["serve", "--temperatures", "0,hot"])
+    assert info.value.code == cli.EXIT_USAGE
+    assert "comma-separated list of numbers" in capsys.readouterr().err

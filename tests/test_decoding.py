@@ -18,20 +18,10 @@ from conftest import REFERENCE
 from streamwhisper.audio.files import load_audio
 from streamwhisper.errors import ConfigError
 from benchmarks.scoring import Clip, normalize, word_error_rate
-from streamwhisper.model.decoding import (
-    ApplyTimestampRules,
-    DecodeOptions,
-    GreedyDecoder,
-    SuppressBlank,
-    SuppressTokens,
-    compression_ratio,
-    decode,
-    initial_tokens,
-    rank_by_likelihood,
-    row_topk,
-    suppress_token_ids,
-    with_temperature,
-)
+from streamwhisper.model.decoding import DecodeOptions, compression_ratio, decode, initial_tokens, with_temperature
+from streamwhisper.model.fallback import FallbackRule
+from streamwhisper.model.logit_filters import ApplyTimestampRules, SuppressBlank, SuppressTokens, suppress_token_ids
+from streamwhisper.model.token_decoders import GreedyDecoder, rank_by_likelihood, row_topk
 from streamwhisper.model.tokenizer import Tokenizer, get_tokenizer
 from streamwhisper.transcribe import TranscribeOptions, Transcriber
 from streamwhisper.model.whisper import Whisper
@@ -211,7 +201,7 @@ def test_english_only_model_detects_english(tiny_model: Whisper, jfk_audio: np.n
 
 def test_base_translates_german_into_english(base_model: Whisper, clips: dict[str, Clip]) -> None:
     audio = _clip(clips, "ml_de_picovoice")  # "Der hinter diesem Portal liegenden Raum wurde ..."
-    options = TranscribeOptions(decode=DecodeOptions(task="translate"), temperatures=(0.0,))
+    options = TranscribeOptions(decode=DecodeOptions(task="translate"), fallback=FallbackRule(temperatures=(0.0,)))
     result = Transcriber(base_model).transcribe(audio, options)
     assert result.language == "de"  # the detected source language
     text = result.text.strip()

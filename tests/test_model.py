@@ -21,7 +21,8 @@ from streamwhisper.model.kv_cache import KVCache
 from streamwhisper.model.loading import bfloat16_pays_off, configure_threads, load_model
 from streamwhisper.model.tokenizer import get_tokenizer
 from streamwhisper.transcribe import Transcriber
-from streamwhisper.model.whisper import ModelDimensions, Whisper, blocked_attention
+from streamwhisper.model.attention import blocked_attention
+from streamwhisper.model.whisper import ModelDimensions, Whisper
 
 JFK_REFERENCE = (
     "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."

@@ -1,8 +1,12 @@
-"""The streaming core stays sans-I/O: no event loop, threads, sockets, devices or wall clock."""
+"""Import boundaries, checked on the AST: the streaming core stays sans-I/O (no event loop,
+threads, sockets, devices or wall clock), the model knows none of its callers, and the signal
+code knows no model."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,14 +87,42 @@ def test_core_modules_do_no_io(path: Path) -> None:
     assert not bad, f"{_id(path)} imports {bad}"
 
 
+# What the model may not know: the signal code, the streaming core, the daemon and the apps.
+MODEL_CALLERS = tuple(
+    f"streamwhisper.{name}" for name in ("audio", "streaming", "runtime", "listen", "transcribe", "cli", "bench")
+)
+
+
+def test_the_model_package_is_walked() -> None:
+    names = {_id(p) for p in MODEL}
+    assert {"model/whisper.py", "model/decoding.py", "model/serving.py", "model/config.py"} <= names
+
+
 @pytest.mark.parametrize("path", MODEL, ids=_id)
 def test_model_knows_no_callers(path: Path) -> None:
     bad = [
         f"line {line}: {name}"
         for line, name in imports_of_file(path)
-        if name.startswith(("streamwhisper.streaming", "streamwhisper.runtime"))
+        if name == "streamwhisper" or any(name == c or name.startswith(c + ".") for c in MODEL_CALLERS)
     ]
     assert not bad, f"{_id(path)} imports {bad}"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.joinpath("audio").rglob("*.py")), ids=_id)
+def test_signal_code_knows_no_model(path: Path) -> None:
+    """audio/ is pure signal code: no torch, nothing from model/ (the two share whisper_input)."""
+    bad = [
+        f"line {line}: {name}"
+        for line, name in imports_of_file(path)
+        if name.split(".")[0] == "torch" or name.startswith("streamwhisper.model")
+    ]
+    assert not bad, f"{_id(path)} imports {bad}"
+
+
+def test_loading_the_configuration_imports_no_torch() -> None:
+    code = "import sys, streamwhisper.config, streamwhisper.cli\nprint('torch' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_the_checker_sees_relative_and_nested_imports() -> None:
@@ -99,3 +131,5 @@ def test_the_checker_sees_relative_and_nested_imports() -> None:
     assert "time" in names
     assert "streamwhisper.runtime" in names
     assert "streamwhisper.streaming.agreement" in names
+    names = [name for _, name in imports_of("from ..audio.mel import N_FRAMES\n", "streamwhisper.model")]
+    assert "streamwhisper.audio.mel" in names

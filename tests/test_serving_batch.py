@@ -19,7 +19,9 @@ from streamwhisper.runtime.replay import replay
 from benchmarks.scoring import Clip
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
-from streamwhisper.model.serving import RecognizerOptions, WhisperRecognizer
+from streamwhisper.model.config import RecognizerConfig
+from streamwhisper.model.fallback import FallbackRule
+from streamwhisper.model.serving import WhisperRecognizer
 from streamwhisper.model.whisper import Whisper
 from streamwhisper.streaming.streamer import Streamer
 
@@ -55,7 +57,7 @@ def streamed(default_model: Whisper, clips: dict[str, Clip]) -> list[Recognition
 
 # A fixed audio context ("auto" would encode a batch fitted and a window alone at 30 s), fitted
 # with a small minimum so that a batch holds windows of several encoder widths.
-FIT = {"audio_ctx": "fit", "min_ctx_s": 4.0, "beam_size": None}  # greedy, alone or batched
+FIT = {"audio_ctx": "fit", "min_ctx_s": 4.0, "beam_size": 0}  # greedy, alone or batched
 
 
 def _check_variety(recognizer: WhisperRecognizer, batch: list[RecognitionRequest]) -> None:
@@ -102,9 +104,9 @@ def _assert_same(batched: list[Hypothesis], alone: list[Hypothesis], tolerance: 
 
 
 def _compare(
-    model: Whisper, batch: list[RecognitionRequest], options: RecognizerOptions | None = None
+    model: Whisper, batch: list[RecognitionRequest], options: RecognizerConfig | None = None
 ) -> list[Hypothesis]:
-    options = replace(options or RecognizerOptions(), **FIT)
+    options = replace(options or RecognizerConfig(), **FIT)
     batched = WhisperRecognizer(model, replace(options, batch_decode=True)).recognize(batch)
     reference = WhisperRecognizer(model, replace(options, batch_decode=False))  # one generator, same order
     alone = [reference.recognize([r])[0] for r in batch]
@@ -121,7 +123,7 @@ def _windows_2_to_10_s(streamed: list[RecognitionRequest]) -> list[RecognitionRe
 def test_streamed_requests_decode_the_same_batched(default_model: Whisper, streamed: list[RecognitionRequest]) -> None:
     # the windows of 2-10 s of two streams, as concurrent sessions would send them
     batch = _windows_2_to_10_s(streamed)[:16]
-    _check_variety(WhisperRecognizer(default_model, RecognizerOptions(**FIT)), batch)
+    _check_variety(WhisperRecognizer(default_model, RecognizerConfig(**FIT)), batch)
     hypotheses = _compare(default_model, batch)
     assert sum(bool(h.words) for h in hypotheses) >= len(batch) // 2
     assert len({len(h.tokens) for h in hypotheses}) >= 3, "rows finish at different steps"
@@ -130,7 +132,7 @@ def test_streamed_requests_decode_the_same_batched(default_model: Whisper, strea
 def test_short_windows_float32(tiny_model: Whisper, streamed: list[RecognitionRequest]) -> None:
     """The short windows (under 3 s) with a few long ones, on the fp32 model (plain logits)."""
     batch = [r for r in streamed if r.mel.shape[-1] < 200] + _windows_2_to_10_s(streamed)[::5]
-    _check_variety(WhisperRecognizer(tiny_model, RecognizerOptions(**FIT)), batch)
+    _check_variety(WhisperRecognizer(tiny_model, RecognizerConfig(**FIT)), batch)
     _compare(tiny_model, batch)
 
 
@@ -146,7 +148,7 @@ def test_sample_len_and_context_budgets(default_model: Whisper, streamed: list[R
     )
     short = replace(streamed[0], mel=streamed[0].mel[:, :150])  # 1.5 s: sample_len 8 + 9
     batch = [long_context, short, *_windows_2_to_10_s(streamed)[:2], replace(long_context, prompt=())]
-    options = RecognizerOptions(max_new_tokens=12, temperatures=(0.0,))
+    options = RecognizerConfig(max_new_tokens=12, fallback=FallbackRule(temperatures=(0.0,)))
     hypotheses = _compare(default_model, batch, options)
     # 223 prompt + 212 prefix (224 - sample_len) + 3 special tokens: 10 tokens to n_ctx
     assert len(hypotheses[0].tokens) == 10, "the long-context row stops at the context"
@@ -176,7 +178,7 @@ def test_a_request_decodes_the_same_whatever_its_batch(
     gives what it gives alone (encoding every window at the batch's longest did not)."""
     short = min(streamed, key=lambda r: r.mel.shape[-1])
     long = max(streamed, key=lambda r: r.mel.shape[-1])
-    recognizer = WhisperRecognizer(default_model, RecognizerOptions(**FIT))
+    recognizer = WhisperRecognizer(default_model, RecognizerConfig(**FIT))
     assert recognizer._frames(short.mel.shape[-1], 3) < recognizer._frames(long.mel.shape[-1], 3)
     batched, alone = recognizer.recognize([long, short, long])[1:2], recognizer.recognize([short])
     _assert_same(batched, alone, _tolerance(default_model))
@@ -188,11 +190,12 @@ def test_a_fallback_sample_depends_on_its_window_alone(
     """The sampled fallback of a window is the same whatever the recogniser served before it
     (a shared generator made a music clip's captions depend on the clips before)."""
     # every result goes to the fallback (its log-prob is below 0), sampled at temperature 1
-    options = RecognizerOptions(logprob_threshold=0.0, temperatures=(0.0, 1.0), beam_size=None)
+    options = RecognizerConfig(fallback=FallbackRule(temperatures=(0.0, 1.0), logprob_threshold=0.0), beam_size=0)
     windows = _windows_2_to_10_s(streamed)[:4]
     fresh = [WhisperRecognizer(default_model, options).recognize([w])[0] for w in windows]
     assert all(h.temperature == 1.0 for h in fresh), "the fallback ran"
-    greedy = WhisperRecognizer(default_model, replace(options, temperatures=(0.0,))).recognize(windows)
+    greedy_only = replace(options, fallback=replace(options.fallback, temperatures=(0.0,)))
+    greedy = WhisperRecognizer(default_model, greedy_only).recognize(windows)
     assert any(s.tokens != g.tokens for s, g in zip(fresh, greedy, strict=True)), "the samples are random"
     served = WhisperRecognizer(default_model, options)
     in_turn = [served.recognize([w])[0] for w in windows]

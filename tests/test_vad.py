@@ -8,11 +8,10 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from streamwhisper.audio.vad import SpeechBoundary, SpeechDetector, WebRtcVad
+from streamwhisper.audio.vad import SpeechBoundary, SpeechDetector, VadConfig, WebRtcVad
 from streamwhisper.errors import ConfigError
 from streamwhisper.events import SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
-from streamwhisper.streaming.config import VadConfig
 from streamwhisper.runtime.replay import drive
 from streamwhisper.streaming.streamer import Streamer
 

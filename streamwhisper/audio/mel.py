@@ -1,4 +1,7 @@
-"""Whisper's log-mel front end: constants, Slaney mel filters and the one-shot reference.
+"""Whisper's log-mel front end: Slaney mel filters, the one-shot reference and the incremental one.
+
+The input constants (``SAMPLE_RATE``, ``HOP_LENGTH``, ``N_FRAMES`` ...) are
+:mod:`streamwhisper.whisper_input`'s, re-exported here for the streaming core.
 
 The reference ``log_mel`` reproduces Whisper's ``log_mel_spectrogram``: a centred, reflect-padded
 400-point Hann STFT with hop 160, power spectrum, Slaney-normalised mel filters, ``log10`` with a
@@ -11,16 +14,31 @@ from functools import lru_cache
 
 import numpy as np
 
+from streamwhisper.whisper_input import (
+    FRAMES_PER_SECOND,
+    HOP_LENGTH,
+    N_FFT,
+    N_FRAMES,
+    N_SAMPLES,
+    SAMPLE_RATE,
+)
+
 from .ring import RingBuffer
 
-SAMPLE_RATE = 16_000
-N_FFT = 400
-HOP_LENGTH = 160
-CHUNK_LENGTH = 30  # seconds in one Whisper window
-N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480,000 samples in a window
-N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3,000 mel frames in a window
-FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100 frames per second (10 ms each)
-N_SAMPLES_PER_TOKEN = HOP_LENGTH * 2  # the conv stem halves the frames: 20 ms per audio token
+__all__ = [
+    "FRAMES_PER_SECOND",
+    "HOP_LENGTH",
+    "N_FFT",
+    "N_FRAMES",
+    "N_SAMPLES",
+    "SAMPLE_RATE",
+    "IncrementalLogMel",
+    "log_mel",
+    "mel_filters",
+    "pad_or_trim",
+]
+
+
 LOG_FLOOR = 1e-10
 
 

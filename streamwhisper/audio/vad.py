@@ -16,9 +16,42 @@ from typing import Protocol
 import numpy as np
 import webrtcvad
 
-from streamwhisper.streaming.config import VadConfig
+from streamwhisper.errors import ConfigError
 
 from .mel import SAMPLE_RATE
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    """Voice activity detection: webrtcvad frames and the quiet/speaking state machine.
+
+    Speech starts when at least ``start_speech_ms`` of the last ``start_window_ms`` are voiced;
+    it ends after ``endpoint_ms`` of unbroken silence (the hangover). ``pre_roll_ms`` of audio
+    before the first voiced frame are kept and sent to the model so onsets are not clipped.
+    """
+
+    aggressiveness: int = 3  # webrtcvad 0 (lenient) .. 3 (strict); 3 rejects steady noise best
+    frame_ms: int = 30  # 10, 20 or 30
+    start_window_ms: int = 300
+    start_speech_ms: int = 150
+    endpoint_ms: int = 500
+    pre_roll_ms: int = 300
+
+    def __post_init__(self) -> None:
+        _require(self.aggressiveness in (0, 1, 2, 3), "vad.aggressiveness must be 0, 1, 2 or 3")
+        _require(self.frame_ms in (10, 20, 30), "vad.frame_ms must be 10, 20 or 30")
+        _require(self.start_window_ms >= self.frame_ms, "vad.start_window_ms must hold one frame")
+        _require(
+            0 < self.start_speech_ms <= self.start_window_ms,
+            "vad.start_speech_ms must be in (0, start_window_ms]",
+        )
+        _require(self.endpoint_ms >= self.frame_ms, "vad.endpoint_ms must be at least one frame")
+        _require(0 <= self.pre_roll_ms <= 2000, "vad.pre_roll_ms must be in [0, 2000]")
 
 
 class Vad(Protocol):

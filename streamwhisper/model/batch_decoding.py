@@ -31,9 +31,9 @@ from .decoding import (
     compression_ratio,
     detect_language,
     initial_tokens,
-    suppress_token_ids,
 )
 from .kv_cache import KVCache
+from .logit_filters import suppress_token_ids
 from .tokenizer import Task, Tokenizer, get_tokenizer
 from .whisper import DecoderBlock, Whisper
 

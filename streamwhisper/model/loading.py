@@ -14,7 +14,8 @@ from torch import nn
 
 from ..errors import ConfigError
 from .memory import release_free_memory
-from .weights import DEFAULT_MODEL, build_model, resolve_weights
+from .sources import DEFAULT_MODEL, resolve_weights
+from .weights import build_model
 from .whisper import Whisper
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,7 @@ def load_model(
     device: str = "cpu",
     compute_type: str = "default",
     download_root: str | Path | None = None,
+    download_url: str | None = None,
 ) -> Whisper:
     """Load a Whisper model.
 
@@ -154,6 +156,8 @@ def load_model(
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         compute_type: ``default`` (``mixed`` on CPU, ``float16`` on CUDA), ``float32``,
             ``mixed``, ``int8_logits`` or ``int8`` (CPU only), ``float16`` (CUDA) or ``bfloat16``.
+        download_root: where official checkpoints are cached (default ``~/.cache/streamwhisper``).
+        download_url: where they are downloaded from (default OpenAI's server).
     Raises:
         ModelLoadError: unknown name, missing package, failed download, corrupt file.
         ConfigError: a device or compute type that cannot be used here.
@@ -171,7 +175,7 @@ def load_model(
         raise ConfigError(f"{compute_type} is a CPU compute type; use float16 on CUDA")
     if compute_type == "float16" and not is_cuda:
         raise ConfigError("float16 needs CUDA; use int8 or float32 on CPU")
-    weights = resolve_weights(name, Path(download_root) if download_root else None)
+    weights = resolve_weights(name, Path(download_root) if download_root else None, download_url or None)
     model = build_model(weights)
     model.name = name  # type: ignore[assignment]
     del weights

@@ -5,15 +5,15 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import cast
 
 import numpy as np
 import torch
 
-from ..audio.mel import FRAMES_PER_SECOND, N_FRAMES
+from ..whisper_input import FRAMES_PER_SECOND, N_FRAMES
 from .batch_decoding import decode_greedy_batch, window_cache, window_cross
+from .config import RecognizerConfig
 from .decoding import DecodeOptions, DecodingResult, decode, kept_prefix, with_temperature
 from .kv_cache import KVCache
 from .recognizer import Hypothesis, HypothesisWord, RecognitionRequest
@@ -22,56 +22,12 @@ from .tokenizer import Task, get_tokenizer
 from .whisper import Whisper
 
 
-@dataclass(frozen=True)
-class RecognizerOptions:
-    """How the model serves streaming requests.
-
-    ``audio_ctx`` "full" pads every window to 30 s as the reference does: the most accurate
-    (tiny.en streamed over read_en: WER 7.1 %, as offline, against 13.4 % with "fit"). "fit"
-    encodes only the filled part of a window (rounded up to ``ctx_step_s`` and at least
-    ``min_ctx_s``), as whisper.cpp's audio_ctx does: a 5 s window costs a fifth of a 30 s one.
-    "auto" (the default): "full" for batches of at most ``full_ctx_max_batch`` windows (one
-    stream, an idle daemon), "fit" for larger ones (longform WER: 6.7 % offline; streamed 7.0 %
-    full, 7.7 % fit at 10 s, 9.5 % at 6 s).
-    """
-
-    # Beam search for batches of at most beam_max_batch windows (one stream, an idle daemon):
-    # with the prompt decoded once and the beams sharing the window's keys, beam 5 costs 10 ms
-    # more than greedy per 0.5 s step (136 against 128 ms) and streamed longform WER is 6.4 %
-    # against 6.7 % greedy. Larger batches decode greedily, all windows at once. None: greedy.
-    beam_size: int | None = 5
-    beam_max_batch: int = 1
-    temperatures: tuple[float, ...] = (0.0, 0.4)
-    compression_ratio_threshold: float = 2.4
-    logprob_threshold: float = -1.0
-    no_speech_threshold: float = 0.6
-    audio_ctx: str = "auto"
-    full_ctx_max_batch: int = 1
-    # Windows per encoder call: the encoder is compute-bound, so larger calls gain little on a
-    # CPU while their activations (and the process's peak memory) grow with every window.
-    encode_batch: int = 2
-    ctx_step_s: float = 2.0
-    min_ctx_s: float = 10.0
-    max_new_tokens: int = 128
-    # Speech runs at 2-4 tokens per second; a window decoding far more is looping. Capping the
-    # tokens at this rate (plus a few) bounds the cost of a loop before the guards drop it.
-    max_tokens_per_s: float = 6.0
-    pad: str = "silence"  # pad short windows with the mel of silence ("silence") or with 0 ("zero")
-    # the first (greedy) pass over several windows: one decoder step for all rows (True) or one
-    # window at a time (False, the reference path: decode() per window)
-    batch_decode: bool = True
-
-    def __post_init__(self) -> None:
-        if self.audio_ctx not in ("auto", "fit", "full"):
-            raise ValueError("audio_ctx must be 'auto', 'fit' or 'full'")
-
-
 class WhisperRecognizer:
     """The real model behind the :class:`Recognizer` seam (runs on the inference thread)."""
 
-    def __init__(self, model: Whisper, options: RecognizerOptions | None = None) -> None:
+    def __init__(self, model: Whisper, config: RecognizerConfig | None = None) -> None:
         self.model = model
-        self.options = options or RecognizerOptions()
+        self.config = config or RecognizerConfig()
         self._tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
         # fallback sampling is seeded from each request (see _seed): the same audio gives the
         # same captions, whatever the recogniser served before
@@ -82,11 +38,11 @@ class WhisperRecognizer:
         return self._tokenizer.encode(text)
 
     def _frames(self, n: int, batch_size: int) -> int:
-        opts = self.options
-        if opts.audio_ctx == "full" or (opts.audio_ctx == "auto" and batch_size <= opts.full_ctx_max_batch):
+        cfg = self.config
+        if cfg.audio_ctx == "full" or (cfg.audio_ctx == "auto" and batch_size <= cfg.full_ctx_max_batch):
             return N_FRAMES
-        step = round(self.options.ctx_step_s * FRAMES_PER_SECOND)
-        target = max(-(-n // step) * step, round(self.options.min_ctx_s * FRAMES_PER_SECOND))
+        step = round(self.config.ctx_step_s * FRAMES_PER_SECOND)
+        target = max(-(-n // step) * step, round(self.config.min_ctx_s * FRAMES_PER_SECOND))
         return min(N_FRAMES, target)
 
     @torch.inference_mode()
@@ -102,14 +58,14 @@ class WhisperRecognizer:
         if not requests:
             return []
         requests = [r.with_tokens(self.encode_text) for r in requests]
-        model, opts = self.model, self.options
+        model, cfg = self.model, self.config
         features = self._encode(requests)
         windows = [window_cross(model, f) for f in features]
-        beam = opts.beam_size if len(requests) <= opts.beam_max_batch else None
+        beam = (cfg.beam_size or None) if len(requests) <= cfg.beam_max_batch else None
         bases = [self._decode_options(r, beam) for r in requests]
         firsts: list[DecodingResult | None] = [None] * len(requests)
         # one window alone: the reference path (about 5 % faster than a batch of one)
-        if opts.batch_decode and len(requests) > 1 and beam is None and opts.temperatures[0] == 0:
+        if cfg.batch_decode and len(requests) > 1 and beam is None and cfg.fallback.temperatures[0] == 0:
             firsts = list(decode_greedy_batch(model, self._tokenizer, windows, bases))
         hypotheses = []
         for request, f, window, base, first in zip(requests, features, windows, bases, firsts, strict=True):
@@ -124,7 +80,7 @@ class WhisperRecognizer:
         model = self.model
         frames = [self._frames(r.mel.shape[-1], len(requests)) for r in requests]
         features: list[torch.Tensor] = [torch.empty(0)] * len(requests)
-        step = self.options.encode_batch
+        step = self.config.encode_batch
         groups = [[i for i, f in enumerate(frames) if f == width] for width in sorted(set(frames))]
         for rows in (group[k : k + step] for group in groups for k in range(0, len(group), step)):
             width = frames[rows[0]]
@@ -134,7 +90,7 @@ class WhisperRecognizer:
                 mel = requests[i].mel
                 n = min(mel.shape[-1], width)
                 filled = max(filled, n)
-                if self.options.pad == "silence" and mel.size:
+                if self.config.pad == "silence" and mel.size:
                     # normalised log-mel bottoms out at max - 2 ((max - 8 + 4) / 4): digital silence
                     batch[j] = mel.max() - 2.0
                 batch[j, :, :n] = mel[:, -n:] if mel.shape[-1] > width else mel[:, :n]
@@ -144,7 +100,7 @@ class WhisperRecognizer:
         return features
 
     def _decode_options(self, request: RecognitionRequest, beam_size: int | None) -> DecodeOptions:
-        opts = self.options
+        cfg = self.config
         seconds = request.mel.shape[-1] / FRAMES_PER_SECOND
         return DecodeOptions(
             task=request.task,
@@ -154,7 +110,7 @@ class WhisperRecognizer:
             prefix=tuple(request.prefix) or None,
             without_timestamps=True,
             alignment_scores=request.word_timestamps,
-            sample_len=min(opts.max_new_tokens, 8 + round(opts.max_tokens_per_s * seconds)),
+            sample_len=min(cfg.max_new_tokens, 8 + round(cfg.max_tokens_per_s * seconds)),
         )
 
     def _decode_with_fallback(
@@ -165,29 +121,22 @@ class WhisperRecognizer:
         first: DecodingResult | None = None,
         seed: Callable[[], int] = lambda: 0,
     ) -> DecodingResult:
-        """Decode at each temperature in turn until the result passes the guards.
+        """Decode at the fallback rule's temperatures until a result needs no fallback.
 
         ``first``: the result at the first temperature, when already decoded (batched);
         ``seed()``: the sampling generator's seed for the window's first sampled attempt.
         """
-        opts = self.options
-        result, seeded = None, False
-        for k, temperature in enumerate(opts.temperatures):
-            if k == 0 and first is not None:
-                result = first
-            else:
-                options = with_temperature(base, temperature)
-                if temperature > 0 and not seeded:
-                    self._generator.manual_seed(seed())
-                    seeded = True
-                result = decode(self.model, self._tokenizer, features, options, cache, self._generator)[0]
-            retry = result.compression_ratio > opts.compression_ratio_threshold or (
-                result.avg_logprob < opts.logprob_threshold and result.no_speech_prob <= opts.no_speech_threshold
-            )
-            if not retry:
-                break
-        assert result is not None
-        return result
+        seeded = False
+
+        def decode_at(temperature: float) -> DecodingResult:
+            nonlocal seeded
+            if temperature > 0 and not seeded:
+                self._generator.manual_seed(seed())
+                seeded = True
+            options = with_temperature(base, temperature)
+            return decode(self.model, self._tokenizer, features, options, cache, self._generator)[0]
+
+        return self.config.fallback.decode(decode_at, first)
 
     def _finish(self, request: RecognitionRequest, cache: KVCache, result: DecodingResult, sample_len: int) -> Hypothesis:
         """The hypothesis of a decoded window, with word timings when asked for."""

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..audio.mel import FRAMES_PER_SECOND
+from ..whisper_input import FRAMES_PER_SECOND
 from .kv_cache import KVCache
 from .tokenizer import Tokenizer
 from .whisper import Whisper

@@ -1,4 +1,7 @@
-"""Frozen, validated settings of the streaming core: VAD, commit policy and the Streamer.
+"""Frozen, validated settings of the streaming core: the commit policy and the Streamer.
+
+The VAD's settings (:class:`~streamwhisper.audio.vad.VadConfig`) live beside the VAD;
+:class:`StreamingConfig` holds them as its ``vad`` table.
 
 Every value is a default that works on two CPU cores with the tiny/base models; the runtime may
 change the step at run time (``Streamer.step_s``) but never these objects. Invalid values raise
@@ -9,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from streamwhisper.audio.vad import VadConfig
 from streamwhisper.errors import ConfigError
+from streamwhisper.model.fallback import COMPRESSION_RATIO_THRESHOLD, LOGPROB_THRESHOLD, NO_SPEECH_THRESHOLD
 
 
 def _check(ok: bool, message: str) -> None:
@@ -18,40 +23,12 @@ def _check(ok: bool, message: str) -> None:
 
 
 @dataclass(frozen=True)
-class VadConfig:
-    """Voice activity detection: webrtcvad frames and the quiet/speaking state machine.
-
-    Speech starts when at least ``start_speech_ms`` of the last ``start_window_ms`` are voiced;
-    it ends after ``endpoint_ms`` of unbroken silence (the hangover). ``pre_roll_ms`` of audio
-    before the first voiced frame are kept and sent to the model so onsets are not clipped.
-    """
-
-    aggressiveness: int = 3  # webrtcvad 0 (lenient) .. 3 (strict); 3 rejects steady noise best
-    frame_ms: int = 30  # 10, 20 or 30
-    start_window_ms: int = 300
-    start_speech_ms: int = 150
-    endpoint_ms: int = 500
-    pre_roll_ms: int = 300
-
-    def __post_init__(self) -> None:
-        _check(self.aggressiveness in (0, 1, 2, 3), "vad.aggressiveness must be 0, 1, 2 or 3")
-        _check(self.frame_ms in (10, 20, 30), "vad.frame_ms must be 10, 20 or 30")
-        _check(self.start_window_ms >= self.frame_ms, "vad.start_window_ms must hold one frame")
-        _check(
-            0 < self.start_speech_ms <= self.start_window_ms,
-            "vad.start_speech_ms must be in (0, start_window_ms]",
-        )
-        _check(self.endpoint_ms >= self.frame_ms, "vad.endpoint_ms must be at least one frame")
-        _check(0 <= self.pre_roll_ms <= 2000, "vad.pre_roll_ms must be in [0, 2000]")
-
-
-@dataclass(frozen=True)
 class PolicyConfig:
     """Hypothesis guards, LocalAgreement boundary handling and prompt conditioning."""
 
-    # A hypothesis is silence when both hold (Whisper's own no-speech rule).
-    no_speech_threshold: float = 0.6
-    no_speech_logprob: float = -1.0
+    # A hypothesis is silence when both hold (Whisper's own no-speech rule, with its thresholds).
+    no_speech_threshold: float = NO_SPEECH_THRESHOLD
+    no_speech_logprob: float = LOGPROB_THRESHOLD
     # Below this average log-probability a hypothesis is dropped whatever no_speech_prob says;
     # Whisper retries at a higher temperature below -1.0, so -1.5 is "even the retry failed".
     logprob_floor: float = -1.5
@@ -59,7 +36,9 @@ class PolicyConfig:
     # itself calls non-speech, or whose words it barely believes, is dropped whatever its text.
     no_speech_hard_threshold: float = 0.6
     min_mean_word_probability: float = 0.5
-    compression_ratio_threshold: float = 2.4
+    # A hypothesis still looping after the recogniser's last fallback temperature is dropped
+    # (Whisper's threshold, as in the recogniser's fallback rule).
+    compression_ratio_threshold: float = COMPRESSION_RATIO_THRESHOLD
     # Whisper's stock hallucinations (video outros from its training data, written on birdsong,
     # music and noise): a hypothesis that is nothing but one of these phrases (compared
     # case-folded, without punctuation) is dropped. Said inside longer speech, they are kept.

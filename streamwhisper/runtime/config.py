@@ -1,0 +1,63 @@
+"""The daemon's settings (``[server]``): address, security, limits and the inference worker.
+
+Frozen and validated at construction; :mod:`streamwhisper.config` loads them with the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamwhisper.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The daemon (``streamwhisper serve``): address, security, limits and the inference worker."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    # Clients must send this token (Authorization: Bearer, or ?token=); "" = no authentication.
+    auth_token: str = ""
+    # Origin headers accepted from browsers (e.g. "https://captions.example.org"); empty = any.
+    allowed_origins: tuple[str, ...] = ()
+    # wss: both files set turns TLS on.
+    tls_cert: str = ""
+    tls_key: str = ""
+    max_sessions: int = 16
+    max_message_bytes: int = 1_048_576  # a larger frame closes the session with 1009
+    max_session_s: float = 14_400.0  # session duration limit (4 h); 0 = none
+    idle_timeout_s: float = 60.0  # no message for this long ends the session; 0 = never
+    # Messages waiting for a client that does not read; beyond this the session is closed (1008).
+    max_outbox: int = 256
+    # Requests run together by the inference worker (encoder batch and decoder steps).
+    max_batch: int = 16
+    # A session whose transcript lags this far behind its audio sends requests less often (longer
+    # steps, fewer partials); when the mean lag of all sessions is above refuse_lag_s, new
+    # sessions are refused with 1013.
+    degrade_lag_s: float = 1.5
+    refuse_lag_s: float = 4.0
+    max_step_s: float = 4.0
+    # Send the browser captioning page at "/".
+    web_page: bool = True
+    # Seconds a graceful shutdown waits for the last finals before closing anyway.
+    shutdown_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError("server.port must be in [0, 65535]")
+        if self.max_sessions < 1:
+            raise ConfigError("server.max_sessions must be >= 1")
+        if self.max_message_bytes < 1024:
+            raise ConfigError("server.max_message_bytes must be >= 1024")
+        if self.max_session_s < 0 or self.idle_timeout_s < 0:
+            raise ConfigError("server.max_session_s and server.idle_timeout_s must be >= 0")
+        if self.max_outbox < 8:
+            raise ConfigError("server.max_outbox must be >= 8")
+        if self.max_batch < 1:
+            raise ConfigError("server.max_batch must be >= 1")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("server.tls_cert and server.tls_key must be given together")
+        if not 0 < self.degrade_lag_s < self.refuse_lag_s:
+            raise ConfigError("need 0 < server.degrade_lag_s < server.refuse_lag_s")
+        if self.max_step_s < 1.0:
+            raise ConfigError("server.max_step_s must be >= 1")
