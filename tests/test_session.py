@@ -169,7 +169,7 @@ async def test_shutdown_gives_every_open_session_its_finals_closed_and_1001(jfk_
         for ws, seconds in zip(clients, (4.0, 6.0), strict=True):
             await recv_json(ws)
             await send_audio(ws, jfk_audio[: int(seconds * 16000)])
-            await read_until(ws, is_partial)  # mid-utterance: nothing final yet
+            await read_until(ws, is_partial)  # mid-utterance: its end is not final yet
         shutdown = asyncio.create_task(daemon.shutdown())
         results = await asyncio.gather(*(read_to_close(ws) for ws in clients))
         await shutdown
