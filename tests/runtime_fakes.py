@@ -1,0 +1,200 @@
+"""Test doubles for the runtime: a recogniser that hears a word every half second, a scheduler the
+test drives by hand, an event loop whose clock the test moves forward, and the real Daemon on
+port 0 in the test's own loop.
+
+Nothing here sleeps for time to pass: the worker thread is held and released with
+``threading.Event``, and timeouts and limits fire when the test calls :meth:`ClockLoop.advance`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import json
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from fakes import fake_encode, hyp
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from streamwhisper.audio.convert import float32_to_pcm_s16le
+from streamwhisper.config import Config
+from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
+from streamwhisper.runtime.pump import Done, SchedulerFull
+from streamwhisper.runtime.server import Daemon
+
+SR = 16_000
+WORD_S = 0.5  # the fake speaker says one word every half second of the stream
+
+
+def spoken(i: int) -> tuple[str, float, float]:
+    """The i-th word of the stream, ``" w<i>"``, on the stream's clock."""
+    return f" w{i}", i * WORD_S + 0.1, i * WORD_S + 0.4
+
+
+class TimedRecognizer:
+    """Hears, in every window, the words of :func:`spoken` that lie wholly inside it.
+
+    A pure function of the request's window (``start``, ``end``), so any batch of any sessions
+    gets the right words. ``batches`` records the keys of each call. ``hold()`` makes the next
+    calls block until ``release()`` (``entered`` is set when a call has begun), so a test can
+    fill the worker's queue deterministically. Requests whose key is in ``fail_on`` make their
+    whole batch raise.
+    """
+
+    def __init__(self, fail_on: Sequence[object] = ()) -> None:
+        self.batches: list[list[object]] = []
+        self.fail_on = set(fail_on)
+        self.entered = threading.Event()
+        self._gate = threading.Event()
+        self._gate.set()
+
+    def hold(self) -> None:
+        self.entered.clear()
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+        self.batches.append([r.key for r in requests])
+        self.entered.set()
+        self._gate.wait()
+        if any(r.key in self.fail_on for r in requests):
+            raise RuntimeError("scripted recognition failure")
+        return [hear(r) for r in requests]
+
+    def encode_text(self, text: str) -> list[int]:
+        return fake_encode(text)
+
+
+def hear(request: RecognitionRequest) -> Hypothesis:
+    """What the fake speaker said inside the request's window (times relative to its start)."""
+    first, last = int(request.start / WORD_S), int(request.end / WORD_S) + 1
+    words = [spoken(i) for i in range(first, last)]
+    return hyp([w for w in words if request.start <= w[1] and w[2] <= request.end], request.start)
+
+
+def request(key: object, endpoint: bool = False) -> RecognitionRequest:
+    """A small request for scheduler tests (the mel's content does not matter to the fake)."""
+    return RecognitionRequest(mel=np.zeros((80, 10), np.float32), key=key, endpoint=endpoint)
+
+
+# --- a scheduler the test drives ---------------------------------------------------------------
+
+
+@dataclass
+class ManualJob:
+    request: RecognitionRequest
+    done: Done
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualScheduler:
+    """Keeps every submitted job for the test to answer; ``refuse`` makes ``submit`` raise."""
+
+    def __init__(self) -> None:
+        self.jobs: list[ManualJob] = []
+        self.refuse = False
+
+    def submit(self, request: RecognitionRequest, done: Done) -> ManualJob:
+        if self.refuse:
+            raise SchedulerFull("scripted refusal")
+        job = ManualJob(request, done)
+        self.jobs.append(job)
+        return job
+
+
+# --- a clock the test moves ------------------------------------------------------------------
+
+
+class ClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose time runs as the wall clock plus what the test skipped.
+
+    :meth:`advance` makes every timer due within ``seconds`` fire at once (asyncio.timeout,
+    asyncio.sleep, websockets' keepalive), while sockets and threads run as usual.
+    """
+
+    skipped = 0.0
+
+    def time(self) -> float:
+        return super().time() + self.skipped
+
+    def advance(self, seconds: float) -> None:
+        self.skipped += seconds
+
+
+def advance(seconds: float) -> None:
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, ClockLoop), "run the test with @on_clock_loop"
+    loop.advance(seconds)
+
+
+def on_clock_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test on a fresh :class:`ClockLoop`."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        with asyncio.Runner(loop_factory=ClockLoop) as runner:
+            runner.run(test(*args, **kwargs))
+
+    return run
+
+
+# --- the real daemon, and its clients ------------------------------------------------------------
+
+
+@asynccontextmanager
+async def running_daemon(recognizer: Any, **server: Any) -> AsyncIterator[Daemon]:
+    """The real Daemon on 127.0.0.1 port 0 in this loop; ``server`` overrides ``[server]`` keys."""
+    base = Config()
+    settings = dataclasses.replace(base.server, host="127.0.0.1", port=0, web_page=False, **server)
+    daemon = Daemon(dataclasses.replace(base, server=settings), recognizer, "fake")
+    await daemon.start()
+    try:
+        yield daemon
+    finally:
+        await daemon.shutdown()
+
+
+def stream_url(daemon: Daemon, query: str = "") -> str:
+    return f"ws://127.0.0.1:{daemon.port}/v1/stream" + (f"?{query}" if query else "")
+
+
+async def send_audio(ws: ClientConnection, audio: np.ndarray, chunk_s: float = 0.1) -> None:
+    step = int(chunk_s * SR)
+    for i in range(0, len(audio), step):
+        await ws.send(float32_to_pcm_s16le(audio[i : i + step]))
+
+
+async def recv_json(ws: ClientConnection) -> dict[str, Any]:
+    message = await ws.recv()
+    assert isinstance(message, str)
+    return json.loads(message)
+
+
+async def read_until(ws: ClientConnection, done: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """Messages up to and including the first one ``done`` accepts."""
+    out: list[dict[str, Any]] = []
+    while not out or not done(out[-1]):
+        out.append(await recv_json(ws))
+    return out
+
+
+async def read_to_close(ws: ClientConnection) -> list[dict[str, Any]]:
+    """Every message until the server closes the connection."""
+    out: list[dict[str, Any]] = []
+    try:
+        while True:
+            out.append(await recv_json(ws))
+    except ConnectionClosed:
+        return out

@@ -1,0 +1,156 @@
+"""The Pump on a scheduler the test answers by hand: a real Streamer, a scripted VAD, no loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fakes import SpanVad, hyp
+from runtime_fakes import SR, ManualScheduler, hear
+
+from streamwhisper.events import Error, Event, Final, Partial
+from streamwhisper.model.recognizer import RecognitionRequest
+from streamwhisper.runtime.pump import Outcome, Pump
+from streamwhisper.streaming.streamer import Streamer
+
+CHUNK = np.zeros(SR // 10, np.float32)  # 100 ms; the scripted VAD decides what is speech
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.results: list[tuple[RecognitionRequest, Outcome]] = []
+        self.refusals: list[RecognitionRequest] = []
+
+    def result(self, request: RecognitionRequest, outcome: Outcome) -> None:
+        self.results.append((request, outcome))
+
+    def refused(self, request: RecognitionRequest) -> None:
+        self.refusals.append(request)
+
+
+class Harness:
+    """A pump over a stream that is speech from the first sample on."""
+
+    def __init__(self) -> None:
+        self.scheduler = ManualScheduler()
+        self.events: list[Event] = []
+        self.observer = Observer()
+        self.finished = 0
+        self.pump = Pump(
+            Streamer(vad=SpanVad([(0.0, 1e6)])),
+            self.scheduler,
+            self.events.extend,
+            observer=self.observer,
+            on_finished=self._on_finished,
+        )
+
+    def _on_finished(self) -> None:
+        self.finished += 1
+
+    def feed(self, seconds: float) -> None:
+        for _ in range(round(seconds * 10)):
+            self.pump.feed(CHUNK)
+
+    def answer(self, i: int, outcome: Outcome | str = "heard") -> None:
+        job = self.scheduler.jobs[i]
+        job.done(hear(job.request) if outcome == "heard" else outcome)  # type: ignore[arg-type]
+
+    def answer_until_endpoint(self, outcome: Outcome | str = "heard") -> None:
+        """Answer the requests out before the endpoint request (flush comes after them)."""
+        while not self.scheduler.jobs[-1].request.endpoint:
+            assert self.finished == 0 and self.pump.inflight is not None
+            self.answer(len(self.scheduler.jobs) - 1, outcome)
+
+    def of_type(self, kind: type) -> list[Event]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+def test_one_request_at_a_time_the_next_is_submitted_when_the_result_returns() -> None:
+    h = Harness()
+    h.feed(6.0)
+    assert len(h.scheduler.jobs) == 1, "a request was due every half second, but one was out"
+    assert h.pump.inflight is h.scheduler.jobs[0].request
+    h.answer(0)
+    assert len(h.scheduler.jobs) == 2, "the audio that came meanwhile is due at once"
+    assert h.scheduler.jobs[1].request.end == pytest.approx(6.0, abs=0.02)  # the last complete mel frame
+    assert h.pump.inflight is h.scheduler.jobs[1].request
+    h.feed(2.0)
+    assert len(h.scheduler.jobs) == 2
+
+
+def test_a_result_goes_to_the_streamer_and_comes_out_as_a_partial() -> None:
+    h = Harness()
+    h.feed(1.5)
+    (job,) = h.scheduler.jobs
+    heard = hear(job.request)
+    assert heard.words, "the first window holds words"
+    h.answer(0)
+    (partial,) = h.of_type(Partial)
+    assert [w.word for w in partial.words] == [w.word for w in heard.words]
+    assert h.observer.results == [(job.request, heard)]
+    assert h.pump.inflight is None
+
+
+def test_a_failed_recognition_is_an_error_event_and_the_next_request_covers_its_audio() -> None:
+    h = Harness()
+    h.feed(2.0)
+    failed = h.scheduler.jobs[0].request
+    h.answer(0, RuntimeError("model exploded"))
+    (error,) = h.of_type(Error)
+    assert error.code == "recognition_failed" and "RuntimeError" in error.message
+    assert not h.of_type(Partial)
+    retry = h.scheduler.jobs[1].request
+    assert retry.start == failed.start and retry.end >= failed.end
+
+
+def test_a_refused_submit_is_abandoned_and_retried_with_the_next_audio() -> None:
+    h = Harness()
+    h.scheduler.refuse = True
+    h.feed(2.0)
+    assert h.observer.refusals and not h.scheduler.jobs and h.pump.inflight is None
+    first_refused = h.observer.refusals[0]
+    h.scheduler.refuse = False
+    h.feed(0.1)
+    (job,) = h.scheduler.jobs
+    assert job.request.start == first_refused.start and job.request.end > first_refused.end
+    assert not h.of_type(Error), "a refusal is counted, not reported to the client"
+
+
+def test_close_cancels_the_request_in_flight_and_ignores_its_late_outcome() -> None:
+    h = Harness()
+    h.feed(2.0)
+    (job,) = h.scheduler.jobs
+    h.pump.close()
+    assert job.cancelled and h.pump.inflight is None
+    before = list(h.events)
+    h.answer(0)  # the scheduler raced the cancellation: the result still arrives
+    h.pump.flush()
+    assert h.events[: len(before)] == before and not h.of_type(Partial)
+    assert len(h.scheduler.jobs) == 1 and h.finished == 0
+
+
+def test_on_finished_fires_once_when_the_last_request_after_flush_returns() -> None:
+    h = Harness()
+    h.feed(2.0)
+    h.answer(0)
+    h.pump.flush()
+    h.answer_until_endpoint()
+    assert h.finished == 0 and not h.pump.finished
+    h.answer(len(h.scheduler.jobs) - 1)
+    assert h.finished == 1 and h.pump.finished
+    assert h.of_type(Final)[-1].endpoint
+    h.pump.flush()
+    h.pump.finalize()
+    assert h.finished == 1
+
+
+def test_on_finished_fires_when_the_last_result_produces_no_events() -> None:
+    h = Harness()
+    h.feed(2.0)
+    h.answer(0, hyp([]))  # nothing heard: no partial, nothing to finalise
+    h.pump.flush()
+    h.answer_until_endpoint(hyp([]))
+    assert h.finished == 0
+    seen = len(h.events)
+    h.answer(len(h.scheduler.jobs) - 1, hyp([]))
+    assert len(h.events) == seen, "the last result produced no events"
+    assert h.finished == 1 and h.pump.finished

@@ -1,0 +1,154 @@
+"""The InferenceWorker's scheduling on a fake recogniser: the test holds the worker thread in
+a batch (``TimedRecognizer.hold``) while it fills the queue, so every batch is known in advance."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+from runtime_fakes import TimedRecognizer, request
+
+from streamwhisper.model.recognizer import Hypothesis
+from streamwhisper.runtime.pump import Outcome, SchedulerFull
+from streamwhisper.runtime.worker import InferenceWorker
+
+
+def run(recognizer: TimedRecognizer, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``main`` on a fresh loop; a broken worker fails it after 10 s instead of hanging it,
+    and the recogniser is released whatever happens, so that the worker thread can end."""
+
+    async def guarded() -> None:
+        try:
+            async with asyncio.timeout(10):
+                await main()
+        finally:
+            recognizer.release()
+
+    asyncio.run(guarded())
+
+
+class Client:
+    """Submits requests and keeps a future of each one's outcome."""
+
+    def __init__(self, worker: InferenceWorker) -> None:
+        self.worker = worker
+        self.outcomes: dict[str, asyncio.Future[Outcome]] = {}
+
+    def submit(self, key: str, endpoint: bool = False):  # type: ignore[no-untyped-def]
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self.outcomes[key] = future
+        return self.worker.submit(request(key, endpoint), future.set_result)
+
+    async def outcome(self, key: str) -> Outcome:
+        return await self.outcomes[key]
+
+
+async def busy(worker: InferenceWorker, recognizer: TimedRecognizer, client: Client) -> None:
+    """Start the worker and keep its thread inside the batch of request "busy"."""
+    recognizer.hold()
+    worker.start()
+    client.submit("busy")
+    await asyncio.to_thread(recognizer.entered.wait)
+
+
+def test_endpoint_requests_go_first_then_oldest_first_at_most_max_batch_each() -> None:
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=3)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        for key, endpoint in [("a", False), ("b", False), ("e1", True), ("c", False), ("e2", True), ("d", False)]:
+            client.submit(key, endpoint)
+        assert worker.pending == 6
+        recognizer.release()
+        for key in "abcd":
+            assert isinstance(await client.outcome(key), Hypothesis)
+        await worker.stop()
+        assert recognizer.batches == [["busy"], ["e1", "e2", "a"], ["b", "c", "d"]]
+
+    run(recognizer, main)
+
+
+def test_a_full_queue_refuses_with_scheduler_full() -> None:
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_pending=2)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        client.submit("a")
+        client.submit("b")
+        with pytest.raises(SchedulerFull):
+            client.submit("c")
+        recognizer.release()
+        assert isinstance(await client.outcome("b"), Hypothesis)
+        client.submit("c")  # room again once the queue drained
+        assert isinstance(await client.outcome("c"), Hypothesis)
+        await worker.stop()
+
+    run(recognizer, main)
+
+
+def test_a_failing_batch_fails_its_own_requests_and_the_worker_keeps_serving() -> None:
+    recognizer = TimedRecognizer(fail_on=["bad"])
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=2)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        for key in ["bad", "x", "y"]:
+            client.submit(key)
+        recognizer.release()
+        assert isinstance(await client.outcome("bad"), RuntimeError)
+        assert isinstance(await client.outcome("x"), RuntimeError), "x shared the failing batch"
+        assert isinstance(await client.outcome("y"), Hypothesis), "the next batch is served"
+        client.submit("z")
+        assert isinstance(await client.outcome("z"), Hypothesis)
+        assert worker.stats.failures == 1
+        await worker.stop()
+        assert recognizer.batches == [["busy"], ["bad", "x"], ["y"], ["z"]]
+
+    run(recognizer, main)
+
+
+def test_stop_drops_queued_requests_with_none_finishes_the_batch_and_joins() -> None:
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        client.submit("a")
+        client.submit("b")
+        stopping = asyncio.create_task(worker.stop())
+        assert await client.outcome("a") is None and await client.outcome("b") is None
+        assert not stopping.done(), "the thread is still in its batch"
+        recognizer.release()
+        await stopping
+        assert isinstance(await client.outcome("busy"), Hypothesis)
+        assert recognizer.batches == [["busy"]], "dropped requests never run"
+        with pytest.raises(SchedulerFull):
+            client.submit("late")
+
+    run(recognizer, main)
+
+
+def test_a_cancelled_request_is_not_run_and_never_answered() -> None:
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        client.submit("gone").cancel()
+        client.submit("kept")
+        recognizer.release()
+        assert isinstance(await client.outcome("kept"), Hypothesis)
+        await worker.stop()
+        assert recognizer.batches == [["busy"], ["kept"]]
+        assert not client.outcomes["gone"].done()
+
+    run(recognizer, main)
