@@ -11,6 +11,7 @@ the start of the window (the Streamer must never send a prefix that does not mat
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ import numpy as np
 
 from streamwhisper.audio.mel import mel_filters
 from streamwhisper.events import Event, Final, Partial
+from streamwhisper.model.fallback import FallbackRule
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
 from streamwhisper.streaming.agreement import CLAUSE_END_PUNCTUATION
 from streamwhisper.streaming.config import PolicyConfig
@@ -40,7 +42,10 @@ def hyp(words: Sequence[Said], offset: float = 0.0, **kw: Any) -> Hypothesis:
     ws = tuple(HypothesisWord(w, round(s - offset, 3), round(e - offset, 3), 0.9) for w, s, e in words)
     fields: dict[str, Any] = dict(avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.2, language="en")
     fields.update(kw)
-    return Hypothesis("".join(w.word for w in ws), (), ws, **fields)
+    decoded = Hypothesis("".join(w.word for w in ws), (), ws, **fields)
+    # the verdicts the real recogniser's fallback rule puts on what it decoded
+    rule = FallbackRule()
+    return dataclasses.replace(decoded, silent=rule.is_silence(decoded), looping=rule.is_loop(decoded))
 
 
 def texts(events: Sequence[Event]) -> list[tuple[str, str]]:

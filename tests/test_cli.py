@@ -70,6 +70,7 @@ def assert_one_error_line(err: str, *fragments: str) -> str:
 # ---------------------------------------------------------------- transcribe: output formats
 
 
+@pytest.mark.slow
 def test_transcribe_prints_the_text(jfk_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the one test that goes through the real, uncached model loading
     assert cli.main(["transcribe", str(jfk_path)]) == 0
@@ -79,6 +80,7 @@ def test_transcribe_prints_the_text(jfk_path: Path, capsys: pytest.CaptureFixtur
     assert err == ""
 
 
+@pytest.mark.slow
 def test_transcribe_json(jfk_path: Path, loads: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["transcribe", str(jfk_path), "--format", "json"]) == 0
     out, err = capsys.readouterr()
@@ -95,6 +97,7 @@ def test_transcribe_json(jfk_path: Path, loads: list[str], capsys: pytest.Captur
     assert loads == ["tiny.en"]
 
 
+@pytest.mark.slow
 def test_transcribe_json_with_word_timestamps(
     jfk_path: Path, loads: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -110,6 +113,7 @@ def test_transcribe_json_with_word_timestamps(
     assert starts == sorted(starts)
 
 
+@pytest.mark.slow
 def test_transcribe_srt(jfk_path: Path, loads: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["transcribe", str(jfk_path), "--format", "srt"]) == 0
     out = capsys.readouterr().out
@@ -123,6 +127,7 @@ def test_transcribe_srt(jfk_path: Path, loads: list[str], capsys: pytest.Capture
     assert normalize(" ".join(b.split("\n", 2)[2] for b in blocks)) == normalize(JFK_TEXT)
 
 
+@pytest.mark.slow
 def test_transcribe_vtt(jfk_path: Path, loads: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["transcribe", str(jfk_path), "--format", "vtt"]) == 0
     out = capsys.readouterr().out
@@ -137,6 +142,7 @@ def test_transcribe_vtt(jfk_path: Path, loads: list[str], capsys: pytest.Capture
 
 
 @pytest.mark.parametrize("fmt", ["txt", "json", "srt"])
+@pytest.mark.slow
 def test_output_dir_writes_stem_dot_format(
     fmt: str, jfk_path: Path, tmp_path: Path, loads: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -175,6 +181,7 @@ def test_undecodable_file(tmp_path: Path, loads: list[str], capfd: pytest.Captur
     assert_one_error_line(err, str(bad))
 
 
+@pytest.mark.slow
 def test_undecodable_file_among_good_ones(
     tmp_path: Path, jfk_path: Path, loads: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -231,6 +238,7 @@ def test_unreadable_config_file(
     assert loads == []
 
 
+@pytest.mark.slow
 def test_config_file_selects_the_model(
     jfk_path: Path, tmp_path: Path, loads: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -264,6 +272,7 @@ def test_models_lists_installed_models(capsys: pytest.CaptureFixture[str]) -> No
     _assert_models_listing(out)
 
 
+@pytest.mark.slow
 def test_console_script_models() -> None:
     script = REPO_ROOT / ".venv" / "bin" / "streamwhisper"
     if not script.is_file():
@@ -276,6 +285,7 @@ def test_console_script_models() -> None:
     _assert_models_listing(done.stdout)
 
 
+@pytest.mark.slow
 def test_python_dash_m_models() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "streamwhisper", "models"],

@@ -34,6 +34,8 @@ from benchmarks.scoring import word_error_rate
 from streamwhisper.events import Final
 from streamwhisper.runtime.dialects.deepgram import bare_word
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 JFK = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 TOKEN = "s3cret"
 

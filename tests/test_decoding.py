@@ -26,6 +26,8 @@ from streamwhisper.model.tokenizer import Tokenizer, get_tokenizer
 from streamwhisper.transcribe import TranscribeOptions, Transcriber
 from streamwhisper.model.whisper import Whisper
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 JFK_REFERENCE = (
     "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 )

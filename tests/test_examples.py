@@ -15,6 +15,8 @@ from scoring import assert_delivered
 from benchmarks.scoring import Clip
 from streamwhisper.events import Final, Partial, Word
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CLEAR_LINE = "\r\x1b[2K"
 

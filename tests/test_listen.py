@@ -175,6 +175,7 @@ def read_vtt(path: Path, audio_s: float) -> list[str]:
     return [c[9] for c in cues]  # type: ignore[index]
 
 
+@pytest.mark.slow
 def test_listen_in_process_captions_the_microphone(serving_model, monkeypatch, tmp_path, capsys, jfk, jfk_16k) -> None:
     use_microphone(monkeypatch, jfk_16k, 44100, speed=2.0, then="finish")
     asked = use_model(monkeypatch, serving_model)
@@ -192,6 +193,7 @@ def test_listen_in_process_captions_the_microphone(serving_model, monkeypatch, t
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_listen_and_finalises_the_pending_audio(
     serving_model, monkeypatch, tmp_path, capsys, jfk, jfk_16k
 ) -> None:
@@ -211,6 +213,7 @@ def test_ctrl_c_ends_listen_and_finalises_the_pending_audio(
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.slow
 def test_listen_against_a_daemon(serving_model, monkeypatch, tmp_path, capsys, jfk, jfk_16k) -> None:
     use_microphone(monkeypatch, jfk_16k, 48000, speed=2.0, then="finish")
     asked = use_model(monkeypatch, serving_model)

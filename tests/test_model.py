@@ -24,6 +24,8 @@ from streamwhisper.transcribe import Transcriber
 from streamwhisper.model.attention import blocked_attention
 from streamwhisper.model.whisper import ModelDimensions, Whisper
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 JFK_REFERENCE = (
     "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 )

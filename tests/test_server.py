@@ -28,6 +28,8 @@ from streamwhisper.client import Closed, ConfigMessage, Ready, ServerMessage, St
 from benchmarks.scoring import Clip, normalize, word_error_rate
 from streamwhisper.events import Final, Partial
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 CLIPS = [
     "en_jfk",
     "en_lj_LJ001-0016",

@@ -20,6 +20,8 @@ from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
 from benchmarks.scoring import word_error_rate
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 LIMIT = 4096  # max_message_bytes of the fuzzed server
 # 1013 too: on a busy machine the healthy stream may lag enough for refusals (overloaded)
 ALLOWED_CLOSE = {1000, 1003, 1007, 1008, 1009, 1013}

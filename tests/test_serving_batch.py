@@ -25,6 +25,8 @@ from streamwhisper.model.serving import WhisperRecognizer
 from streamwhisper.model.whisper import Whisper
 from streamwhisper.streaming.streamer import Streamer
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 CLIPS = ("en_jfk", "en_ls_dev_1272-141231-0002")
 
 

@@ -22,6 +22,8 @@ from streamwhisper.transcribe import Transcriber
 from streamwhisper.model.whisper import Whisper
 from streamwhisper.streaming.streamer import Streamer
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 
 @pytest.fixture(scope="module")
 def model() -> Whisper:
@@ -77,7 +79,6 @@ def test_a_lagging_worker_loses_no_word(model: Whisper, clips: dict[str, Clip]) 
     assert "ask what you can do for your country" in normalize(text), text
 
 
-@pytest.mark.slow
 def test_long_speech_streams_close_to_offline(model: Whisper, clips: dict[str, Clip]) -> None:
     """45 s of read speech, sentences 0.7 s apart: several windows, trims and pause endpoints."""
     audio, reference = joined(LONG_CLIPS, gap_s=0.7)
@@ -87,7 +88,6 @@ def test_long_speech_streams_close_to_offline(model: Whisper, clips: dict[str, C
     assert streamed <= offline + 0.04, (streamed, offline)
 
 
-@pytest.mark.slow
 def test_nonspeech_clips_give_no_final(model: Whisper, clips: dict[str, Clip]) -> None:
     """Music, an animal, a sound effect, room noise, silence and white noise give no final at all
     (the whole non-speech category of the evaluation set is measured by benchmarks/streaming.py)."""

@@ -25,6 +25,8 @@ from streamwhisper.model.tokenizer import get_tokenizer
 from streamwhisper.transcribe import Segment, TranscribeOptions, Transcriber, TranscriptionResult
 from streamwhisper.model.whisper import Whisper
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 JFK_TEXT = "And so my fellow Americans ask not what your country can do for you ask what you can do for your country"
 # tiny.en over the 14 read_en clips of tests/data: measured 4.4 % (mixed, Intel Xeon); the whole read_en
 # category (59 clips, 7.1 %) is measured by benchmarks/offline.py and `streamwhisper bench`
@@ -261,7 +263,6 @@ def test_without_conditioning_no_prompt_is_passed(
 # ---------------------------------------------------------------- the test data's categories (slow)
 
 
-@pytest.mark.slow
 def test_read_en_corpus_wer(
     default_model: Whisper, clips: dict[str, Clip], record_property: Callable[[str, object], None]
 ) -> None:
@@ -291,7 +292,6 @@ def nonspeech_texts(default_model: Whisper) -> dict[str, str]:
     return texts
 
 
-@pytest.mark.slow
 def test_nonspeech_clips_give_few_words(
     nonspeech_texts: dict[str, str], record_property: Callable[[str, object], None]
 ) -> None:

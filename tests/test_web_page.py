@@ -23,6 +23,8 @@ from scoring import assert_delivered
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from benchmarks.scoring import Clip, normalize
 
+pytestmark = pytest.mark.slow  # end to end: the real model
+
 TOKEN = "page-token-123"
 FINALS = "Array.from(document.querySelectorAll('#finals .final')).map(s => s.textContent.trim()).join(' ')"
 

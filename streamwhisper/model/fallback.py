@@ -63,9 +63,13 @@ class FallbackRule:
         if self.no_speech_threshold is not None and not 0.0 <= self.no_speech_threshold <= 1.0:
             raise ConfigError("no_speech_threshold must be in [0, 1]")
 
+    def is_loop(self, result: Decoded) -> bool:
+        """True when the text compresses too well to be speech (a decoding loop)."""
+        return self.compression_ratio_threshold is not None and result.compression_ratio > self.compression_ratio_threshold
+
     def needs_fallback(self, result: Decoded) -> bool:
         """True when a window's decoding looks like a loop or garbage (and not like silence)."""
-        if self.compression_ratio_threshold is not None and result.compression_ratio > self.compression_ratio_threshold:
+        if self.is_loop(result):
             return True
         low_logprob = self.logprob_threshold is not None and result.avg_logprob < self.logprob_threshold
         silent = self.no_speech_threshold is not None and result.no_speech_prob > self.no_speech_threshold

@@ -75,6 +75,10 @@ class Hypothesis:
     compression_ratio: float
     language: str
     temperature: float = 0.0
+    # the recogniser's fallback rule on the result it kept: silence, or a loop even at the last
+    # temperature (the streaming policy drops both rather than judging them again)
+    silent: bool = False
+    looping: bool = False
     extra: dict[str, float] = field(default_factory=dict)
 
 

@@ -180,6 +180,8 @@ class WhisperRecognizer:
             compression_ratio=result.compression_ratio,
             language=result.language,
             temperature=result.temperature,
+            silent=self.config.fallback.is_silence(result),
+            looping=self.config.fallback.is_loop(result),
         )
 
 

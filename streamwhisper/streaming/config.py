@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from streamwhisper.audio.vad import VadConfig
 from streamwhisper.errors import ConfigError
-from streamwhisper.model.fallback import COMPRESSION_RATIO_THRESHOLD, LOGPROB_THRESHOLD, NO_SPEECH_THRESHOLD
 
 
 def _check(ok: bool, message: str) -> None:
@@ -26,9 +25,8 @@ def _check(ok: bool, message: str) -> None:
 class PolicyConfig:
     """Hypothesis guards, LocalAgreement boundary handling and prompt conditioning."""
 
-    # A hypothesis is silence when both hold (Whisper's own no-speech rule, with its thresholds).
-    no_speech_threshold: float = NO_SPEECH_THRESHOLD
-    no_speech_logprob: float = LOGPROB_THRESHOLD
+    # Silence and loops are the recogniser's verdicts (its fallback rule marks the hypothesis);
+    # these guards are the policy's own, stricter than offline Whisper.
     # Below this average log-probability a hypothesis is dropped whatever no_speech_prob says;
     # Whisper retries at a higher temperature below -1.0, so -1.5 is "even the retry failed".
     logprob_floor: float = -1.5
@@ -36,9 +34,6 @@ class PolicyConfig:
     # itself calls non-speech, or whose words it barely believes, is dropped whatever its text.
     no_speech_hard_threshold: float = 0.6
     min_mean_word_probability: float = 0.5
-    # A hypothesis still looping after the recogniser's last fallback temperature is dropped
-    # (Whisper's threshold, as in the recogniser's fallback rule).
-    compression_ratio_threshold: float = COMPRESSION_RATIO_THRESHOLD
     # Whisper's stock hallucinations (video outros from its training data, written on birdsong,
     # music and noise): a hypothesis that is nothing but one of these phrases (compared
     # case-folded, without punctuation) is dropped. Said inside longer speech, they are kept.
@@ -104,8 +99,7 @@ class PolicyConfig:
     max_prompt_tokens: int = 32
 
     def __post_init__(self) -> None:
-        _check(0.0 <= self.no_speech_threshold <= 1.0, "policy.no_speech_threshold in [0, 1]")
-        _check(self.compression_ratio_threshold > 0, "policy.compression_ratio_threshold > 0")
+        _check(0.0 <= self.no_speech_hard_threshold <= 1.0, "policy.no_speech_hard_threshold in [0, 1]")
         _check(self.loop_max_ngram >= 1, "policy.loop_max_ngram must be >= 1")
         _check(self.loop_min_repeats >= 2, "policy.loop_min_repeats must be >= 2")
         _check(self.loop_long_ngram == 0 or self.loop_long_ngram >= 2, "policy.loop_long_ngram must be 0 or >= 2")

@@ -95,15 +95,16 @@ def screen(
 ) -> tuple[tuple[HypothesisWord, ...], str]:
     """The usable words of a hypothesis and why the rest was dropped ('' when nothing was).
 
-    Silence (high ``no_speech_prob`` with low ``avg_logprob``), a log-probability below the
-    floor and a high compression ratio without a visible loop reject the whole hypothesis; a
+    Silence and a high compression ratio without a visible loop (as the recogniser's fallback
+    rule judged them: ``silent``, ``looping``) and a log-probability below the floor reject the
+    whole hypothesis; a
     repeated n-gram loop is cut after its first occurrence. Punctuation-only words are dropped.
     ``vouched(words)``: whether the previous hypothesis already said these words; doubted words
     (a low mean probability) are kept when it did: a short window padded to 30 s lowers the
     model's confidence, not the words' truth; so are the few words of a hypothesis sampled at a
     fallback temperature.
     """
-    if hypothesis.no_speech_prob > config.no_speech_threshold and hypothesis.avg_logprob < config.no_speech_logprob:
+    if hypothesis.silent:
         return (), "no_speech"
     if hypothesis.avg_logprob < config.logprob_floor:
         return (), "low_logprob"
@@ -127,7 +128,7 @@ def screen(
         return (), "short_sample"
     if cut is not None:
         return words[:cut], "loop"
-    if hypothesis.compression_ratio > config.compression_ratio_threshold:
+    if hypothesis.looping:
         return (), "compression_ratio"
     return words, ""
 
