@@ -208,7 +208,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     warm_up(recognizer)
 
     async def run() -> None:
-        daemon = Daemon(config, recognizer, config.model.name)
+        daemon = Daemon(config.server, config.streaming, recognizer, config.model.name)
         await daemon.start()
         print(f"streamwhisper: serving {config.model.name} on {daemon.url}/v1/stream (Ctrl-C to stop)", file=sys.stderr)
         await daemon.serve_forever()

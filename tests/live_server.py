@@ -39,7 +39,8 @@ class LiveServer:
         self._thread.start()
 
         async def start() -> Daemon:
-            daemon = Daemon(self.daemon_config, WhisperRecognizer(self._model), "tiny.en")
+            config = self.daemon_config
+            daemon = Daemon(config.server, config.streaming, WhisperRecognizer(self._model), "tiny.en")
             await daemon.start()
             return daemon
 

@@ -158,7 +158,7 @@ async def running_daemon(recognizer: Any, **server: Any) -> AsyncIterator[Daemon
     """The real Daemon on 127.0.0.1 port 0 in this loop; ``server`` overrides ``[server]`` keys."""
     base = Config()
     settings = dataclasses.replace(base.server, host="127.0.0.1", port=0, web_page=False, **server)
-    daemon = Daemon(dataclasses.replace(base, server=settings), recognizer, "fake")
+    daemon = Daemon(settings, base.streaming, recognizer, "fake")
     await daemon.start()
     try:
         yield daemon

@@ -29,14 +29,15 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from streamwhisper.config import Config
 from streamwhisper.errors import ConfigError, ProtocolError
 from streamwhisper.model.recognizer import Recognizer
+from streamwhisper.streaming.config import StreamingConfig
 
 from . import wire
-from .dialects import deepgram, native, vosk
+from .config import ServerConfig
+from .dialects import Dialect, deepgram, native, vosk
 from .metrics import Metrics
-from .session import Dialect, ServerContext, Session
+from .session import ServerContext, Session
 from .worker import InferenceWorker
 
 logger = logging.getLogger(__name__)
@@ -92,28 +93,31 @@ class Daemon:
     """The streaming transcription server around one recogniser.
 
     Args:
-        config: resolved settings (``config.server`` for this class).
+        server: the server's settings.
+        streaming: the settings every session's Streamer starts from.
         recognizer: the model behind the Recognizer seam; only the worker thread calls it.
         model_name: the model's name, reported to clients; the only model they may ask for.
     """
 
-    def __init__(self, config: Config, recognizer: Recognizer, model_name: str) -> None:
-        self.config = config
+    def __init__(
+        self, server: ServerConfig, streaming: StreamingConfig, recognizer: Recognizer, model_name: str
+    ) -> None:
+        self.server = server
         self.metrics = Metrics()
         worker = InferenceWorker(
             recognizer,
-            max_batch=config.server.max_batch,
-            max_pending=4 * config.server.max_sessions,
+            max_batch=server.max_batch,
+            max_pending=4 * server.max_sessions,
             on_batch=self.metrics.observe_batch,
         )
-        self.ctx = ServerContext(config.server, config.streaming, worker, self.metrics, model_name, asyncio.Event())
+        self.ctx = ServerContext(server, streaming, worker, self.metrics, model_name, asyncio.Event())
         # path -> a factory of per-session dialects (compatible protocols keep per-session state)
         self._dialects: dict[str, Callable[[], Dialect]] = {
             native.STREAM_PATH: native.NativeDialect,
             deepgram.LISTEN_PATH: deepgram.DeepgramDialect,  # Deepgram live streaming
             vosk.PATH: vosk.VoskDialect,  # vosk-server (WebSocket on /; plain GET / is the page)
         }
-        self._web = _web_files() if config.server.web_page else {}
+        self._web = _web_files() if server.web_page else {}
         self._server: Server | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
         self._closed = asyncio.Event()
@@ -129,11 +133,11 @@ class Daemon:
 
     @property
     def url(self) -> str:
-        scheme = "wss" if self.config.server.tls_cert else "ws"
-        return f"{scheme}://{self.config.server.host}:{self.port}"
+        scheme = "wss" if self.server.tls_cert else "ws"
+        return f"{scheme}://{self.server.host}:{self.port}"
 
     async def start(self) -> None:
-        cfg = self.config.server
+        cfg = self.server
         self.ctx.worker.start()
         self._server = await serve(
             self._handle,
@@ -175,7 +179,7 @@ class Daemon:
         assert self._server is not None
         self._server.close(close_connections=False)  # stop accepting; sessions close themselves
         if self._handlers:
-            await asyncio.wait(self._handlers, timeout=self.config.server.shutdown_timeout_s + 5)
+            await asyncio.wait(self._handlers, timeout=self.server.shutdown_timeout_s + 5)
         self._server.close()
         await self._server.wait_closed()
         await self.ctx.worker.stop()
@@ -184,7 +188,7 @@ class Daemon:
     # -- HTTP --------------------------------------------------------------------------------------
 
     def _readiness(self) -> dict[str, Any]:
-        cfg = self.config.server
+        cfg = self.server
         sessions = len(self.ctx.sessions)
         lag = self.ctx.mean_lag()
         ready = not self.ctx.shutdown.is_set() and sessions < cfg.max_sessions and lag <= cfg.refuse_lag_s
@@ -262,7 +266,7 @@ class Daemon:
             self.metrics.sessions.set(len(self.ctx.sessions))
 
     def _admit(self, ws: ServerConnection, query: dict[str, str]) -> ProtocolError | None:
-        cfg = self.config.server
+        cfg = self.server
         assert ws.request is not None
         headers = ws.request.headers
         if cfg.auth_token:

@@ -24,7 +24,6 @@ from websockets.exceptions import ConnectionClosed
 
 from streamwhisper.audio.convert import StreamResampler, pcm_to_float32
 from streamwhisper.audio.mel import SAMPLE_RATE
-from streamwhisper.config import ServerConfig
 from streamwhisper.errors import AudioFormatError, ProtocolError, StreamWhisperError
 from streamwhisper.events import Error, Event, Final, Partial
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
@@ -32,6 +31,7 @@ from streamwhisper.streaming.config import StreamingConfig
 from streamwhisper.streaming.streamer import Streamer
 
 from . import wire
+from .config import ServerConfig
 from .dialects import Dialect, SessionInfo
 from .metrics import Metrics
 from .outbox import Outbox
