@@ -67,5 +67,14 @@ def word_error_rate(references: list[str], hypotheses: list[str]) -> float:
     return edits / sum(len(r.split()) for r, _ in pairs)
 
 
+def edit_counts(reference: str, hypothesis: str) -> dict[str, int]:
+    """Substitutions, deletions and insertions of one hypothesis, after normalisation."""
+    ref, hyp = normalize(reference), normalize(hypothesis)
+    if not ref:
+        return {"sub": 0, "del": 0, "ins": len(hyp.split()), "words": 0}
+    out = jiwer.process_words(ref, hyp)
+    return {"sub": out.substitutions, "del": out.deletions, "ins": out.insertions, "words": len(ref.split())}
+
+
 def word_count(text: str) -> int:
     return len(normalize(text).split())

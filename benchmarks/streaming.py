@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import conversation  # noqa: E402
 from benchmarks._common import shared_data_dir  # noqa: E402
-from benchmarks.scoring import Clip, normalize, read_manifest, word_error_rate  # noqa: E402
+from benchmarks.scoring import Clip, edit_counts, normalize, read_manifest, word_error_rate  # noqa: E402
 
 
 def word_key(word: str) -> str:
@@ -47,6 +47,10 @@ def summarize(clips: list[Clip], runs: list[Any]) -> dict[str, Any]:
         refs = [c.reference for c, _ in speech]
         out["wer"] = round(word_error_rate(refs, [r.stream_text for _, r in speech]), 4)
         out["offline_wer"] = round(word_error_rate(refs, [r.offline_text for _, r in speech]), 4)
+        # where streaming loses to offline: edits of each, summed over the clips
+        for name, text in (("stream", lambda r: r.stream_text), ("offline", lambda r: r.offline_text)):
+            counts = [edit_counts(c.reference, text(r)) for c, r in speech]
+            out[f"{name}_edits"] = {k: sum(c[k] for c in counts) for k in ("sub", "del", "ins")}
     out.update(latency_summary([r for _, r in speech]))
     out["rtf"] = rtf(runs)
     if nonspeech:
@@ -74,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="at most this many clips per category")
     parser.add_argument("--unaware", action="store_true", help="computation-unaware: compute takes no time")
     parser.add_argument("--step", type=float, help="seconds of new audio between recognitions")
+    parser.add_argument("--transcripts", action="store_true", help="print each clip's streamed and offline text")
     _add_model_flags(parser)
     args = parser.parse_args(argv)
 
@@ -97,7 +102,15 @@ def main(argv: list[str] | None = None) -> int:
             aware=not args.unaware, word_key=word_key,
         )
         runs.append(run)
-        print(f"{clip.id}: {clip.seconds:.1f}s, compute {run.compute_s:.1f}s, {run.final_words} words", file=sys.stderr)
+        edits = edit_counts(clip.reference, run.stream_text) if clip.category != "nonspeech" else {}
+        offline = edit_counts(clip.reference, run.offline_text) if clip.category != "nonspeech" else {}
+        print(
+            f"{clip.id}: {clip.seconds:.1f}s, compute {run.compute_s:.1f}s, {run.final_words} words; "
+            f"stream {edits} offline {offline}",
+            file=sys.stderr,
+        )
+        if args.transcripts:
+            print(f"  stream : {run.stream_text}\n  offline: {run.offline_text}", file=sys.stderr)
     summary = {
         "mode": "computation-unaware" if args.unaware else "computation-aware",
         "categories": args.category or ["longform"],
