@@ -13,7 +13,7 @@ request when the driver takes it, one at a time.
   (whisper_streaming's simulation). Audio that arrives while a request runs is fed before its
   result is delivered, as the daemon's event loop receives it while the worker computes.
 * computation-unaware (``aware=False``): recognition takes no time; each block's requests are
-  served before the next block arrives.
+  served before the next block (or the end of the stream) arrives.
 """
 
 from __future__ import annotations
@@ -57,6 +57,11 @@ class InlineScheduler:
         job = _InlineJob(request, done)
         self._queue.append(job)
         return job
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a submitted request waits to be run."""
+        return any(not job.cancelled for job in self._queue)
 
     def run_next(self, before_done: Callable[[float], None] | None = None) -> bool:
         """Run the oldest waiting request; False when none waits.
@@ -145,7 +150,8 @@ def replay(
 
     while True:
         arrive(int(clock / chunk_s + 1e-9) if aware else fed + 1)
-        if fed == n_blocks and not flushed:
+        # the end of the stream arrives with the last block, or (taking no time) once it is served
+        if fed == n_blocks and not flushed and (aware or not run.scheduler.waiting):
             flushed = True
             run.flush(max(clock, len(audio) / SAMPLE_RATE))
         if run.scheduler.run_next(spend):
