@@ -47,7 +47,10 @@ class Scheduler(Protocol):
     """Where requests run: ``submit`` takes one, and ``done`` is called once with its outcome."""
 
     def submit(self, request: RecognitionRequest, done: Done) -> Job:
-        """Queue ``request``; raises :class:`SchedulerFull` when it cannot."""
+        """Queue ``request``; raises :class:`SchedulerFull` when it cannot.
+
+        ``done`` is called later, never from within ``submit``.
+        """
         ...
 
 
