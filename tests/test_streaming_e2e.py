@@ -11,8 +11,6 @@ from conftest import LONG_CLIPS, joined, nonspeech_audio
 
 from streamwhisper.audio.files import load_audio
 from benchmarks.scoring import Clip, normalize, word_error_rate
-from benchmarks.streaming import summarize
-from streamwhisper.bench import StreamRun
 from streamwhisper.cli import main
 from streamwhisper.events import Final, Partial
 from streamwhisper.model.loading import load_model
@@ -111,16 +109,3 @@ def test_bench_command_prints_the_figures(capsys: pytest.CaptureFixture[str], cl
     assert summary["cpu"] and summary["encoder_ms"] > 0
     assert summary["encoder_dtype"] in ("float32", "bfloat16")
     assert summary["final_latency_p50"] is not None and summary["final_latency_p50"] >= 0
-
-
-def test_bench_summary_splits_the_real_time_factor_of_speech_and_non_speech() -> None:
-    def clip(category: str, seconds: float) -> Clip:
-        return Clip(f"{category}_{seconds}", Path(f"{category}.wav"), seconds, "", "", category, "en")
-
-    clips = [clip("longform", 100.0), clip("nonspeech", 100.0), clip("read_en", 10.0)]
-    runs = [StreamRun(100.0, compute_s=45.0), StreamRun(100.0, compute_s=10.0), StreamRun(10.0, compute_s=4.0)]
-    summary = summarize(clips, runs)
-    assert summary["rtf"] == pytest.approx(59.0 / 210.0, abs=1e-4)
-    assert summary["speech_rtf"] == pytest.approx(49.0 / 110.0, abs=1e-4)
-    assert summary["nonspeech_rtf"] == pytest.approx(0.1)
-    assert "speech_rtf" not in summarize(clips[:1], runs[:1])

@@ -1,0 +1,67 @@
+"""The benchmarks' own logic, without the model: the summary they print and the conversational set."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.conversation import SR, compose, speaker
+from benchmarks.scoring import Clip
+from benchmarks.streaming import summarize
+from streamwhisper.bench import StreamRun
+
+
+def clip(clip_id: str, seconds: float = 1.0, category: str = "read_en", reference: str = "") -> Clip:
+    return Clip(clip_id, Path(f"{clip_id}.wav"), seconds, reference or clip_id, "", category, "en")
+
+
+def test_bench_summary_splits_the_real_time_factor_of_speech_and_non_speech() -> None:
+    clips = [clip("a", 100.0, "longform"), clip("b", 100.0, "nonspeech"), clip("c", 10.0)]
+    runs = [StreamRun(100.0, compute_s=45.0), StreamRun(100.0, compute_s=10.0), StreamRun(10.0, compute_s=4.0)]
+    summary = summarize(clips, runs)
+    assert summary["rtf"] == pytest.approx(59.0 / 210.0, abs=1e-4)
+    assert summary["speech_rtf"] == pytest.approx(49.0 / 110.0, abs=1e-4)
+    assert summary["nonspeech_rtf"] == pytest.approx(0.1)
+    assert "speech_rtf" not in summarize(clips[:1], runs[:1])
+
+
+def test_clips_of_one_reader_share_a_speaker() -> None:
+    assert speaker("hard_voice_mfa_creaky") == speaker("hard_spont_mfa_cold_corpus") == speaker("hard_voice_whisper")
+    assert speaker("en_lj_LJ001-0001") == speaker("en_lj_LJ050-0131") != speaker("en_ps_cards_001")
+    assert speaker("en_ls_dev_1272-128104-0000") == speaker("en_ls_dev_1272-141231-0002") != speaker("en_ls_test_61-70968-0000")
+    assert speaker("en_jfk") == "en_jfk"
+
+
+def _compose(seed: int, long_silence: bool = True):  # type: ignore[no-untyped-def]
+    ids = [f"en_lj_LJ001-000{i}" for i in range(4)] + [f"en_ps_cards_00{i}" for i in range(3)] + ["en_jfk"]
+    clips = [clip(i, reference=f"words of {i}") for i in ids]
+    sounds = {name: np.full(10 * SR, 0.01, np.float32) for name in _sound_names()}
+    return clips, compose(clips, sounds, lambda c: np.full(SR, 0.1, np.float32), random.Random(seed), "s", long_silence)
+
+
+def _sound_names() -> set[str]:
+    from benchmarks import conversation
+
+    return {conversation.ROOM_TONE, *conversation.SNR_NOISE, *(s for g in conversation.GAPS.values() for s in g)}
+
+
+def test_a_composed_stream_holds_every_utterance_once_between_pauses() -> None:
+    clips, stream = _compose(7)
+    spoken = [f"words of {c.id}" for c in clips]
+    # every clip once, its reference in the order it is heard
+    assert sorted(stream.reference.replace("words of ", "\n").split()) == sorted(c.id for c in clips)
+    assert all(text in stream.reference for text in spoken)
+    heard = [n for n in stream.notes.split() if n.startswith("en_")]
+    assert sorted(n.split("@")[0] for n in heard) == sorted(c.id for c in clips)
+    # 8 one-second utterances, pauses and a long silence: longer than the speech alone
+    assert len(stream.audio) > (8 + 15) * SR and np.isfinite(stream.audio).all()
+    assert "silence" in stream.notes
+
+
+def test_composition_is_seeded() -> None:
+    (_, a), (_, b), (_, c) = _compose(3), _compose(3), _compose(4)
+    assert a.notes == b.notes and np.array_equal(a.audio, b.audio)
+    assert a.notes != c.notes
