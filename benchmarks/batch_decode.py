@@ -66,8 +66,8 @@ def main() -> None:
 
     import torch
 
-    from streamwhisper.model.loading import load_model
     from streamwhisper.model.config import RecognizerConfig
+    from streamwhisper.model.loading import load_model
     from streamwhisper.model.serving import WhisperRecognizer
 
     torch.set_num_threads(args.threads)

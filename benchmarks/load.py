@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import shared_data_dir  # noqa: E402
+from benchmarks.scoring import read_manifest, word_error_rate  # noqa: E402
 from streamwhisper.audio.files import load_audio  # noqa: E402
 from streamwhisper.client import StreamClient  # noqa: E402
-from benchmarks.scoring import read_manifest, word_error_rate  # noqa: E402
 from streamwhisper.events import Final, Partial  # noqa: E402
 
 MANIFEST = shared_data_dir() / "eval" / "manifest.tsv"

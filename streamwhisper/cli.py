@@ -218,9 +218,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_listen(args: argparse.Namespace) -> int:
-    from .model.serving import WhisperRecognizer
     from .listen.app import ListenOptions, run_listen
     from .listen.mic import NO_INPUT_DEVICES, format_devices, list_input_devices, parse_device
+    from .model.serving import WhisperRecognizer
     from .runtime.server import warm_up
     from .runtime.wire import normalize_language
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from streamwhisper import cli
 from benchmarks.scoring import Clip, normalize
+from streamwhisper import cli
 
 # torch.ao.quantization warns that it is deprecated when the default compute type (int8_logits) is
 # loaded; see test_model.py::test_default_compute_type_loads_with_warnings_as_errors.

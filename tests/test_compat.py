@@ -28,9 +28,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import connect as sync_connect
 
+from benchmarks.scoring import word_error_rate
 from streamwhisper.audio.convert import float32_to_pcm_s16le, resample
 from streamwhisper.client import Closed, Ready, stream_file
-from benchmarks.scoring import word_error_rate
 from streamwhisper.events import Final
 from streamwhisper.runtime.dialects.deepgram import bare_word
 

@@ -15,16 +15,16 @@ import pytest
 import torch
 from conftest import REFERENCE
 
+from benchmarks.scoring import Clip, normalize, word_error_rate
 from streamwhisper.audio.files import load_audio
 from streamwhisper.errors import ConfigError
-from benchmarks.scoring import Clip, normalize, word_error_rate
 from streamwhisper.model.decoding import DecodeOptions, compression_ratio, decode, initial_tokens, with_temperature
 from streamwhisper.model.fallback import FallbackRule
 from streamwhisper.model.logit_filters import ApplyTimestampRules, SuppressBlank, SuppressTokens, suppress_token_ids
 from streamwhisper.model.token_decoders import GreedyDecoder, rank_by_likelihood, row_topk
 from streamwhisper.model.tokenizer import Tokenizer, get_tokenizer
-from streamwhisper.transcribe import TranscribeOptions, Transcriber
 from streamwhisper.model.whisper import Whisper
+from streamwhisper.transcribe import TranscribeOptions, Transcriber
 
 pytestmark = pytest.mark.slow  # end to end: the real model
 

@@ -28,9 +28,9 @@ import pytest
 from live_server import LiveServer
 from scoring import assert_delivered
 
+from benchmarks.scoring import Clip
 from streamwhisper import cli
 from streamwhisper.audio.convert import resample
-from benchmarks.scoring import Clip
 from streamwhisper.listen import mic
 from streamwhisper.listen.captions import CLEAR_LINE
 from streamwhisper.listen.mic import NO_INPUT_DEVICE, NO_INPUT_DEVICES, MicSource, format_devices, input_devices

@@ -12,17 +12,17 @@ import pytest
 import torch
 from conftest import REFERENCE
 
+from benchmarks.scoring import Clip, word_error_rate
 from streamwhisper.audio.files import load_audio
 from streamwhisper.audio.mel import N_FRAMES, N_SAMPLES, log_mel
 from streamwhisper.errors import ConfigError
-from benchmarks.scoring import Clip, word_error_rate
+from streamwhisper.model.attention import blocked_attention
 from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
 from streamwhisper.model.loading import bfloat16_pays_off, configure_threads, load_model
 from streamwhisper.model.tokenizer import get_tokenizer
-from streamwhisper.transcribe import Transcriber
-from streamwhisper.model.attention import blocked_attention
 from streamwhisper.model.whisper import ModelDimensions, Whisper
+from streamwhisper.transcribe import Transcriber
 
 pytestmark = pytest.mark.slow  # end to end: the real model
 

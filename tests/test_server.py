@@ -22,10 +22,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as sync_connect
 
+from benchmarks.scoring import Clip, normalize, word_error_rate
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
 from streamwhisper.client import Closed, ConfigMessage, Ready, ServerMessage, StreamClient, Unknown, stream_file
-from benchmarks.scoring import Clip, normalize, word_error_rate
 from streamwhisper.events import Final, Partial
 
 pytestmark = pytest.mark.slow  # end to end: the real model

@@ -16,9 +16,9 @@ from live_server import LiveServer
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from benchmarks.scoring import word_error_rate
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
-from benchmarks.scoring import word_error_rate
 
 pytestmark = pytest.mark.slow  # end to end: the real model
 

@@ -13,16 +13,16 @@ from dataclasses import replace
 
 import pytest
 
+from benchmarks.scoring import Clip
 from streamwhisper.audio.files import load_audio
 from streamwhisper.audio.mel import log_mel
-from streamwhisper.runtime.replay import replay
-from benchmarks.scoring import Clip
-from streamwhisper.model.loading import load_model
-from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.model.config import RecognizerConfig
 from streamwhisper.model.fallback import FallbackRule
+from streamwhisper.model.loading import load_model
+from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.model.serving import WhisperRecognizer
 from streamwhisper.model.whisper import Whisper
+from streamwhisper.runtime.replay import replay
 from streamwhisper.streaming.streamer import Streamer
 
 pytestmark = pytest.mark.slow  # end to end: the real model

@@ -13,8 +13,8 @@ from fakes import SR, EnergyVad, Spoken, ToneRecognizer, label_of, synth, tone_e
 from streamwhisper.errors import AudioFormatError, ConfigError
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
-from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 from streamwhisper.runtime.replay import drive
+from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 from streamwhisper.streaming.streamer import Streamer
 
 MAX_RING = 30 * SR

@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import LONG_CLIPS, joined, nonspeech_audio
 
-from streamwhisper.audio.files import load_audio
 from benchmarks.scoring import Clip, normalize, word_error_rate
+from streamwhisper.audio.files import load_audio
 from streamwhisper.cli import main
 from streamwhisper.events import Final, Partial
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.serving import WhisperRecognizer
-from streamwhisper.runtime.replay import replay
-from streamwhisper.transcribe import Transcriber
 from streamwhisper.model.whisper import Whisper
+from streamwhisper.runtime.replay import replay
 from streamwhisper.streaming.streamer import Streamer
+from streamwhisper.transcribe import Transcriber
 
 pytestmark = pytest.mark.slow  # end to end: the real model
 

@@ -17,13 +17,13 @@ import torch
 from conftest import LONG_CLIPS, generated_nonspeech, joined, nonspeech_audio
 
 import streamwhisper.transcribe as transcribe_module
-from streamwhisper.audio.files import load_audio
 from benchmarks.scoring import Clip, normalize, word_count, word_error_rate
+from streamwhisper.audio.files import load_audio
 from streamwhisper.model.decoding import compression_ratio
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.tokenizer import get_tokenizer
-from streamwhisper.transcribe import Segment, TranscribeOptions, Transcriber, TranscriptionResult
 from streamwhisper.model.whisper import Whisper
+from streamwhisper.transcribe import Segment, TranscribeOptions, Transcriber, TranscriptionResult
 
 pytestmark = pytest.mark.slow  # end to end: the real model
 

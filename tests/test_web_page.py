@@ -20,8 +20,8 @@ from chromium import Chromium, find_chromium
 from live_server import LiveServer
 from scoring import assert_delivered
 
-from streamwhisper.audio.convert import float32_to_pcm_s16le
 from benchmarks.scoring import Clip, normalize
+from streamwhisper.audio.convert import float32_to_pcm_s16le
 
 pytestmark = pytest.mark.slow  # end to end: the real model
 
