@@ -100,7 +100,9 @@ def _under_noise(speech: np.ndarray, noise: np.ndarray, snr_db: float, rng: rand
     return np.clip(speech + bed, -1, 1).astype(np.float32)
 
 
-def compose(clips: list[Clip], sounds: dict[str, np.ndarray], load, rng: random.Random, name: str, long_silence: bool) -> Stream:  # type: ignore[no-untyped-def]
+def compose(  # type: ignore[no-untyped-def]
+    clips: list[Clip], sounds: dict[str, np.ndarray], load, rng: random.Random, name: str, long_silence: bool
+) -> Stream:
     """One meeting-like stream from ``clips`` (in turns by speaker), with pauses and sounds."""
     by_speaker: dict[str, list[Clip]] = {}
     for clip in clips:
@@ -112,7 +114,8 @@ def compose(clips: list[Clip], sounds: dict[str, np.ndarray], load, rng: random.
     silence_at = rng.randrange(1, max(2, len(clips) // 2)) if long_silence else -1
     turn = 0
     while any(by_speaker.values()):
-        choices = [s for s, left in by_speaker.items() if left and s != last] or [s for s, left in by_speaker.items() if left]
+        waiting = [s for s, left in by_speaker.items() if left]
+        choices = [s for s in waiting if s != last] or waiting
         who = rng.choice(sorted(choices))
         last = who
         for k in range(min(len(by_speaker[who]), rng.choice((1, 1, 2, 3)))):

@@ -32,6 +32,7 @@ import numpy as np
 
 from .events import Event, Final, Partial
 from .runtime.replay import replay
+from .whisper_input import SAMPLE_RATE
 
 WordKey = Callable[[str], str]
 
@@ -106,7 +107,7 @@ def stream_file(
     """Transcribe ``audio`` offline (for word times), then stream it and score the stream."""
     from .transcribe import TranscribeOptions
 
-    run = StreamRun(len(audio) / 16_000)
+    run = StreamRun(len(audio) / SAMPLE_RATE)
     offline = transcriber.transcribe(audio, TranscribeOptions(word_timestamps=True))
     run.offline_text = offline.text
     offline_words = [(w.word, w.end) for s in offline.segments for w in (s.words or [])]
@@ -212,7 +213,8 @@ def run_bench(args: argparse.Namespace, config: Any, model: Any) -> int:
         run = stream_file(load_audio(f), lambda: Streamer(streaming), recognizer, transcriber, aware=not args.unaware)
         runs.append(run)
         if not args.json:
-            print(f"{Path(f).name}: {run.seconds:.1f} s, compute {run.compute_s:.1f} s, {run.final_words} words", file=sys.stderr)
+            line = f"{Path(f).name}: {run.seconds:.1f} s, compute {run.compute_s:.1f} s, {run.final_words} words"
+            print(line, file=sys.stderr)
     summary = {
         "mode": "computation-unaware" if args.unaware else "computation-aware",
         "files": len(runs),

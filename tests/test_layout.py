@@ -96,6 +96,10 @@ def test_runtime_dependencies_hold_no_benchmark_library() -> None:
 def test_the_listen_app_and_the_daemon_live_apart() -> None:
     graph = _graph()
     runtime_to_listen = sorted(
-        (m, t) for m, ts in graph.items() if m.startswith("streamwhisper.runtime") for t in ts if t.startswith("streamwhisper.listen")
+        (m, t)
+        for m, ts in graph.items()
+        if m.startswith("streamwhisper.runtime")
+        for t in ts
+        if t.startswith("streamwhisper.listen")
     )
     assert not runtime_to_listen, runtime_to_listen

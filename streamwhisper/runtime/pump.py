@@ -16,6 +16,7 @@ outcome (on the event loop, for the worker).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Protocol
 
@@ -134,10 +135,9 @@ class Pump:
                     on_finished()
                 return
             self._ticket += 1
-            ticket = self._ticket
             self._inflight = request
             try:
-                self._job = self._scheduler.submit(request, lambda outcome: self._done(ticket, outcome))
+                self._job = self._scheduler.submit(request, functools.partial(self._done, self._ticket))
             except SchedulerFull:
                 self._inflight = None
                 if self._observer is not None:

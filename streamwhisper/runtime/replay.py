@@ -28,10 +28,10 @@ import numpy as np
 from streamwhisper.events import Event
 from streamwhisper.model.recognizer import RecognitionRequest, Recognizer
 from streamwhisper.streaming.streamer import Streamer
+from streamwhisper.whisper_input import SAMPLE_RATE
 
 from .pump import Done, Pump
 
-SAMPLE_RATE = 16_000
 CHUNK_S = 0.1  # audio arrives in 100 ms blocks, as a capture callback or a WebSocket client sends it
 
 
