@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,19 @@ def summarize(clips: list[Clip], runs: list[Any]) -> dict[str, Any]:
     return out
 
 
+class SimulatedTimer:
+    """A clock on which every recognition takes ``cost`` seconds: the replay reads it once before
+    and once after each request."""
+
+    def __init__(self, cost: float) -> None:
+        self.cost = cost
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return (self.calls // 2) * self.cost
+
+
 def main(argv: list[str] | None = None) -> int:
     from streamwhisper.audio.files import load_audio
     from streamwhisper.bench import machine_summary, stream_file
@@ -77,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--category", action="append", help="manifest categories (repeatable; default longform)")
     parser.add_argument("--limit", type=int, help="at most this many clips per category")
     parser.add_argument("--unaware", action="store_true", help="computation-unaware: compute takes no time")
+    parser.add_argument(
+        "--simulated-compute", type=float, metavar="S",
+        help="each recognition takes S seconds on the simulated clock instead of its measured time "
+        "(deterministic: for comparing settings on a busy machine; latency figures then model that cost)",
+    )
     parser.add_argument("--step", type=float, help="seconds of new audio between recognitions")
     parser.add_argument("--transcripts", action="store_true", help="print each clip's streamed and offline text")
     _add_model_flags(parser)
@@ -100,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         run = stream_file(
             load_audio(clip.wav), lambda: Streamer(streaming), recognizer, transcriber,
             aware=not args.unaware, word_key=word_key,
+            timer=time.perf_counter if args.simulated_compute is None else SimulatedTimer(args.simulated_compute),
         )
         runs.append(run)
         edits = edit_counts(clip.reference, run.stream_text) if clip.category != "nonspeech" else {}
@@ -113,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  stream : {run.stream_text}\n  offline: {run.offline_text}", file=sys.stderr)
     summary = {
         "mode": "computation-unaware" if args.unaware else "computation-aware",
+        "simulated_compute_s": args.simulated_compute,
         "categories": args.category or ["longform"],
         **summarize(clips, runs),
         **machine_summary(model, config.model.name, config.model.compute_type),

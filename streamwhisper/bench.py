@@ -103,6 +103,7 @@ def stream_file(
     *,
     aware: bool = True,
     word_key: WordKey = plain_word,
+    timer: Callable[[], float] = time.perf_counter,
 ) -> StreamRun:
     """Transcribe ``audio`` offline (for word times), then stream it and score the stream."""
     from .transcribe import TranscribeOptions
@@ -111,7 +112,7 @@ def stream_file(
     offline = transcriber.transcribe(audio, TranscribeOptions(word_timestamps=True))
     run.offline_text = offline.text
     offline_words = [(w.word, w.end) for s in offline.segments for w in (s.words or [])]
-    result = replay(make_streamer(), recognizer, audio, aware=aware)
+    result = replay(make_streamer(), recognizer, audio, aware=aware, timer=timer)
     run.compute_s = result.compute_s
     run.stream_text = " ".join(e.text for e in result.events if isinstance(e, Final))
     score_latency(run, result.timeline, offline_words, word_key)

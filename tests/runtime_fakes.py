@@ -81,9 +81,11 @@ def hear(request: RecognitionRequest) -> Hypothesis:
     return hyp([w for w in words if request.start <= w[1] and w[2] <= request.end], request.start)
 
 
-def request(key: object, endpoint: bool = False) -> RecognitionRequest:
-    """A small request for scheduler tests (the mel's content does not matter to the fake)."""
-    return RecognitionRequest(mel=np.zeros((80, 10), np.float32), key=key, endpoint=endpoint)
+def request(key: object, endpoint: bool = False, urgent: bool | None = None) -> RecognitionRequest:
+    """A small request for scheduler tests (the mel's content does not matter to the fake);
+    an endpoint request is urgent unless told otherwise."""
+    urgent = endpoint if urgent is None else urgent
+    return RecognitionRequest(mel=np.zeros((80, 10), np.float32), key=key, endpoint=endpoint, urgent=urgent)
 
 
 # --- a scheduler the test drives ---------------------------------------------------------------

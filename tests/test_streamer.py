@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
-from fakes import SR, EnergyVad, Spoken, ToneRecognizer, label_of, synth, tone_encode
+from fakes import LABEL_FREQS, SR, EnergyVad, Spoken, ToneRecognizer, label_of, synth, tone_encode
 
 from streamwhisper.errors import AudioFormatError, ConfigError
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
@@ -52,7 +52,7 @@ def feed_all(
     while pos < audio.shape[0]:
         size = sizes[i % len(sizes)]
         events += streamer.feed(audio[pos : pos + size])
-        assert streamer.buffered_samples <= MAX_RING
+        assert streamer.audio.buffered_samples <= MAX_RING
         pos, i = pos + size, i + 1
         if taken and i - taken[0][0] >= lag:
             events += streamer.complete(recognizer.recognize([taken.pop()[1]])[0])
@@ -73,7 +73,8 @@ def test_five_minutes_of_speech_nothing_lost_or_duplicated(trim_after_s: float) 
     """Trim at every commit (0) or keep committed words as a forced prefix up to 8 s (default)."""
     audio, spoken = synth(300.0, seed=1, continuous=(100.0, 170.0))
     recognizer = ToneRecognizer()
-    config = StreamingConfig(trim_after_s=trim_after_s, trim_keep_s=0.0 if trim_after_s == 0 else 3.0)
+    bare = trim_after_s == 0  # no committed words in a window: no carry over pauses either
+    config = StreamingConfig(trim_after_s=trim_after_s, trim_keep_s=0.0 if bare else 3.0, carry_gap_s=0.0 if bare else 3.0)
     streamer = Streamer(config, vad=EnergyVad(), key="session-1")
     events = feed_all(streamer, recognizer, audio, [1_600])
     check_stream(events, spoken)
@@ -97,7 +98,7 @@ def test_five_minutes_of_speech_nothing_lost_or_duplicated(trim_after_s: float) 
 
 
 # Windows trimmed at every commit, so never holding committed words: no forced prefix.
-TRIM_AT_COMMIT = StreamingConfig(trim_after_s=0.0, trim_keep_s=0.0)
+TRIM_AT_COMMIT = StreamingConfig(trim_after_s=0.0, trim_keep_s=0.0, carry_gap_s=0.0)
 
 
 @pytest.mark.parametrize("prefix", [False, True], ids=["trim-at-commit", "prefix"])
@@ -206,12 +207,12 @@ def test_overload_never_grows_the_ring() -> None:
     audio, _ = synth(50.0, seed=4, continuous=(0.0, 50.0))
     streamer = Streamer(vad=EnergyVad())
     assert streamer.feed(audio[: 2 * SR]) and streamer.pending_request() is not None
-    nbytes = streamer.nbytes
+    nbytes = streamer.audio.nbytes
     for i in range(2 * SR, audio.shape[0], SR):
         streamer.feed(audio[i : i + SR])
         assert streamer.pending_request() is None
-        assert streamer.buffered_samples <= MAX_RING
-    assert streamer.nbytes == nbytes
+        assert streamer.audio.buffered_samples <= MAX_RING
+    assert streamer.audio.nbytes == nbytes
     streamer.complete(Hypothesis("", (), (), -0.2, 0.01, 1.0, "en"))
     request = streamer.pending_request()
     assert request is not None and request.mel.shape[1] <= 3_000
@@ -427,7 +428,7 @@ def test_partial_only_requests_wait_for_the_early_step(min_commit: float) -> Non
     variants = {"every step": (0.5, 0.5), "early step": (0.5, 1.0), "late first": (1.5, 1.0)}
     for name, (first, early) in variants.items():
         policy = PolicyConfig(min_commit_window_s=min_commit)
-        config = StreamingConfig(first_step_s=first, early_step_s=early, policy=policy)
+        config = StreamingConfig(first_step_s=first, early_step_s=early, pause_hold_ms=0, policy=policy)
         recognizer = ToneRecognizer()
         streamer = Streamer(config, vad=EnergyVad())
         events = feed_all(streamer, recognizer, audio, [1_600])
@@ -466,3 +467,111 @@ def test_no_request_in_a_pause_until_speech_resumes(hold_ms: int) -> None:
     in_pause = [e for e in ends if 3.0 + (hold_ms + 30) / 1000 + 0.1 < e < 3.45]
     assert bool(in_pause) == (hold_ms == 0), ends
     assert sum(isinstance(e, SpeechEnded) for e in events) == 1  # one utterance: the pause is inside it
+
+
+def tone_words(seconds: float, words: Sequence[tuple[int, float, float]]) -> tuple[np.ndarray, list[Spoken]]:
+    """Tone-coded words (label, start s, end s) in silence."""
+    audio = np.zeros(int(seconds * SR), dtype=np.float32)
+    for label, start, end in words:
+        a, b = round(start * SR), round(end * SR)
+        n = np.arange(b - a)
+        audio[a:b] = 0.3 * np.minimum(1.0, np.minimum(n, b - a - n) / 160) * np.sin(2 * np.pi * LABEL_FREQS[label] * n / SR)
+    return audio, [Spoken(label, start, end) for label, start, end in words]
+
+
+def test_an_utterance_soon_after_another_reopens_the_words_before_it() -> None:
+    """Within carry_gap_s of the last committed word, a new utterance's windows start back over
+    the committed words of the last carry_keep_s (the pause included), sent as the forced prefix;
+    after a longer pause it starts alone, and the ring keeps only the pre-roll again."""
+    first = [(i % 20, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
+    audio, spoken = tone_words(16.0, [*first, (21, 5.3, 5.6), (22, 5.7, 6.0), (23, 12.5, 12.8), (3, 12.9, 13.2)])
+    recognizer = ToneRecognizer()
+    streamer = Streamer(vad=EnergyVad())
+    events = feed_all(streamer, recognizer, audio, [1_600])
+    check_stream(events, spoken)
+    second = next(r for r in recognizer.requests if r.end > 5.6)
+    carry = StreamingConfig()
+    assert second.urgent and second.start < 3.95 - carry.carry_keep_s + 0.5
+    assert 4 <= len(second.prefix) <= 7 and list(second.prefix) == [s.label for s in spoken[8 - len(second.prefix) : 8]]
+    third = next(r for r in recognizer.requests if r.end > 12.8)
+    assert third.start > 11.5 and third.prefix == ()  # 6.5 s after the last word: no carry
+
+    quiet = Streamer(vad=EnergyVad())
+    feed_all(quiet, ToneRecognizer(), audio[: int(10.5 * SR)], [1_600])
+    keep = carry.vad.pre_roll_ms + carry.vad.start_window_ms + 2 * carry.vad.frame_ms
+    assert quiet.audio.buffered_samples <= keep * SR // 1000 + 1_600  # past the gap: the pre-roll only
+
+
+def test_the_hypothesis_of_a_pause_ends_the_utterance_when_the_vad_does() -> None:
+    """Once the VAD hears pause_hold_ms of quiet, one (urgent) request covers the speech before
+    it; if the endpoint follows, that hypothesis's words are the endpoint final at once, with no
+    request of its own. If speech resumes first, the utterance goes on as before."""
+    words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(6)]  # 0.5 .. 2.8 s
+    resumed = [(10, 3.1, 3.4), (11, 3.5, 3.8)]  # after a 0.3 s pause
+    audio, spoken = tone_words(6.0, [*words, *resumed])
+    recognizer = ToneRecognizer()
+    streamer = Streamer(vad=EnergyVad())
+    events: list[Event] = []
+    for i in range(0, audio.shape[0], 480):
+        events += streamer.feed(audio[i : i + 480])
+        while (request := streamer.pending_request()) is not None:
+            events += streamer.complete(recognizer.recognize([request])[0])
+        if any(isinstance(e, SpeechEnded) for e in events):
+            break
+    check_stream(events, spoken)
+    urgent = [(r.start, r.end) for r in recognizer.requests if r.urgent]
+    hold = StreamingConfig().pause_hold_ms / 1000
+    # one request in the pause after 2.8 s (speech resumed) and one after 3.8 s, which ended it
+    assert [round(end, 2) for _, end in urgent] == [pytest.approx(2.8 + hold, abs=0.05), pytest.approx(3.8 + hold, abs=0.05)]
+    assert not any(r.endpoint for r in recognizer.requests)
+    final = [e for e in events if isinstance(e, Final)][-1]
+    assert final.endpoint and final.words[-1].word.strip() == "w11"
+    ended = next(e for e in events if isinstance(e, SpeechEnded))
+    assert events.index(final) > events.index(ended)  # the final came with the VAD's endpoint
+
+
+def test_an_endpoint_the_pause_request_did_not_reach_gets_its_own_request() -> None:
+    """A recogniser slower than the endpoint: the request in flight when the pause began did not
+    hear the speech to its end, so the endpoint has its own request."""
+    words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(6)]
+    audio, spoken = tone_words(5.0, words)
+    recognizer = ToneRecognizer()
+    streamer = Streamer(vad=EnergyVad())
+    events = feed_all(streamer, recognizer, audio, [480], lag=40)  # 1.2 s per request
+    check_stream(events, spoken)
+    assert recognizer.requests[-1].endpoint and recognizer.requests[-1].urgent
+
+
+def test_finalize_in_a_pause_uses_the_pause_hypothesis_at_once() -> None:
+    """A client's finalize once the VAD heard pause_hold_ms of quiet (Pipecat's own VAD stopped):
+    the pause's hypothesis heard the speech to its end, so finalize returns the endpoint final
+    itself, with no request; speech resuming later is a new utterance, nothing lost."""
+    words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(6)]  # 0.5 .. 2.8 s
+    audio, spoken = tone_words(8.0, [*words, (10, 3.6, 3.9), (11, 4.0, 4.3)])
+    recognizer = ToneRecognizer()
+    streamer = Streamer(vad=EnergyVad())
+    events: list[Event] = []
+
+    def serve() -> None:
+        nonlocal events
+        while (request := streamer.pending_request()) is not None:
+            events += streamer.complete(recognizer.recognize([request])[0])
+
+    pos = 0
+    while pos < 3.1 * SR:  # 0.3 s into the pause
+        events += streamer.feed(audio[pos : pos + 480])
+        pos += 480
+        serve()
+    asked = len(recognizer.requests)
+    done = streamer.finalize()
+    events += done
+    finals = [e for e in done if isinstance(e, Final)]
+    assert len(finals) == 1 and finals[0].endpoint and finals[0].words[-1].word.strip() == "w5"
+    assert len(recognizer.requests) == asked and streamer.pending_request() is None
+    while pos < audio.shape[0]:
+        events += streamer.feed(audio[pos : pos + 480])
+        pos += 480
+        serve()
+    events += streamer.flush()
+    serve()
+    check_stream(events, spoken)

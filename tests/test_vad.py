@@ -89,15 +89,15 @@ def test_digital_silence_gives_no_speech_and_no_requests() -> None:
 
 def test_hours_of_silence_keep_buffers_bounded() -> None:
     streamer = Streamer()
-    nbytes = streamer.nbytes
+    nbytes = streamer.audio.nbytes
     zeros = np.zeros(16_000, dtype=np.float32)
     quiet_keep = 16 * (300 + 300 + 60)  # pre-roll + start window + two frames
     for _ in range(2 * 3600):
         assert streamer.feed(zeros) == []
         assert streamer.pending_request() is None
-        assert streamer.buffered_samples <= quiet_keep
-        assert streamer.cached_frames == 0
-    assert streamer.nbytes == nbytes
+        assert streamer.audio.buffered_samples <= quiet_keep
+        assert streamer.audio.cached_frames == 0
+    assert streamer.audio.nbytes == nbytes
     assert streamer.time == 7200.0
 
 

@@ -36,10 +36,10 @@ class Client:
         self.worker = worker
         self.outcomes: dict[str, asyncio.Future[Outcome]] = {}
 
-    def submit(self, key: str, endpoint: bool = False):  # type: ignore[no-untyped-def]
+    def submit(self, key: str, endpoint: bool = False, urgent: bool | None = None):  # type: ignore[no-untyped-def]
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self.outcomes[key] = future
-        return self.worker.submit(request(key, endpoint), future.set_result)
+        return self.worker.submit(request(key, endpoint, urgent), future.set_result)
 
     async def outcome(self, key: str) -> Outcome:
         return await self.outcomes[key]
@@ -53,7 +53,8 @@ async def busy(worker: InferenceWorker, recognizer: TimedRecognizer, client: Cli
     await asyncio.to_thread(recognizer.entered.wait)
 
 
-def test_endpoint_requests_go_first_then_oldest_first_at_most_max_batch_each() -> None:
+def test_urgent_requests_go_first_then_oldest_first_at_most_max_batch_each() -> None:
+    """Urgent: endpoint requests and those that may serve as one (a pause's, "p")."""
     recognizer = TimedRecognizer()
 
     async def main() -> None:
@@ -62,12 +63,14 @@ def test_endpoint_requests_go_first_then_oldest_first_at_most_max_batch_each() -
         await busy(worker, recognizer, client)
         for key, endpoint in [("a", False), ("b", False), ("e1", True), ("c", False), ("e2", True), ("d", False)]:
             client.submit(key, endpoint)
-        assert worker.pending == 6
+        client.submit("p", urgent=True)
+        client.submit("e3", endpoint=True, urgent=False)  # what the scheduler reads is "urgent"
+        assert worker.pending == 8
         recognizer.release()
         for key in "abcd":
             assert isinstance(await client.outcome(key), Hypothesis)
         await worker.stop()
-        assert recognizer.batches == [["busy"], ["e1", "e2", "a"], ["b", "c", "d"]]
+        assert recognizer.batches == [["busy"], ["e1", "e2", "p"], ["a", "b", "c"], ["d", "e3"]]
 
     run(recognizer, main)
 

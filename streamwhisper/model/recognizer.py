@@ -35,8 +35,9 @@ class RecognitionRequest:
     of which the last ``max_prompt_tokens`` are kept (None: all); the forced prefix is
     ``prefix`` followed by the tokens of ``prefix_text``. The streaming core gives text, which
     the recogniser encodes on its own thread (:meth:`with_tokens`).
-    ``start``/``end`` place the window on its stream's audio clock (seconds) and ``endpoint``
-    says that it finalises an utterance: what a scheduler needs, ignored by the recogniser.
+    ``start``/``end`` place the window on its stream's audio clock (seconds), ``endpoint``
+    says that it finalises an utterance and ``urgent`` that it is the endpoint or may serve as
+    it (the hypothesis at a pause): what a scheduler needs, ignored by the recogniser.
     """
 
     mel: np.ndarray
@@ -49,6 +50,7 @@ class RecognitionRequest:
     start: float = 0.0
     end: float = 0.0
     endpoint: bool = False
+    urgent: bool = False
     prompt_text: str = ""
     prefix_text: str = ""
     max_prompt_tokens: int | None = None

@@ -32,7 +32,7 @@ TRIM_EVERY_S = 30.0
 
 @dataclass(order=True)
 class _Job:
-    rank: tuple[int, int]  # (0 for endpoint requests, 1 otherwise; arrival number)
+    rank: tuple[int, int]  # (0 for urgent requests, 1 otherwise; arrival number)
     request: RecognitionRequest = field(compare=False)
     done: Done = field(compare=False)
     loop: asyncio.AbstractEventLoop = field(compare=False)
@@ -107,7 +107,7 @@ class InferenceWorker:
             if len(self._queue) >= self._max_pending:
                 raise SchedulerFull(f"{len(self._queue)} requests waiting")
             self._counter += 1
-            job = _Job((0 if request.endpoint else 1, self._counter), request, done, loop, time.monotonic())
+            job = _Job((0 if request.urgent else 1, self._counter), request, done, loop, time.monotonic())
             self._queue.append(job)
             self._cond.notify()
         return job

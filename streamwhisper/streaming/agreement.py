@@ -87,6 +87,11 @@ class CommitPolicy:
         return self._committed_end
 
     @property
+    def last_word_end(self) -> float | None:
+        """End of the last committed word (seconds), None before the first."""
+        return self._tail[-1].end if self._tail else None
+
+    @property
     def prompt(self) -> str:
         """The last committed text: its last ``max_prompt_tokens`` words, of which the
         recogniser keeps the last ``max_prompt_tokens`` tokens."""
@@ -234,6 +239,16 @@ class CommitPolicy:
                 after = words[i + 1].start if i + 1 < len(words) else words[i].end
                 return max(words[i].end, (words[i].end + after) / 2)
         return 0.0
+
+    def reopen_point(self, start: float, gap_s: float, keep_s: float) -> float:
+        """Where a new utterance starting at ``start`` may open its window: back over the
+        committed words of the last ``keep_s`` seconds (:meth:`trim_point`, at most ``keep_s +
+        gap_s`` before the last word's end) when the last of them ended within ``gap_s`` of
+        ``start``; ``start`` itself otherwise (also when ``gap_s`` is 0)."""
+        last = self.last_word_end
+        if not gap_s or last is None or start > last + gap_s:
+            return start
+        return min(start, max(self.trim_point(keep_s), last - keep_s - gap_s))
 
     def context(self, window_start: float) -> tuple[str, str]:
         """(prompt, prefix) text for a window starting at ``window_start`` seconds.

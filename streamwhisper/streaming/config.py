@@ -155,6 +155,13 @@ class StreamingConfig:
     # of only the uncommitted second or two gives the model too little to hear (0 trims at the
     # commit point).
     trim_keep_s: float = 3.0
+    # An utterance that starts within carry_gap_s of the last committed word reopens the audio
+    # of the committed words of its last carry_keep_s seconds (the pause between included):
+    # they are its forced prefix, so a short utterance after a pause is decoded in its context,
+    # as offline Whisper hears it, not alone ("Montreal?" ... "forced aligner" decoded alone
+    # is doubted and dropped). 0 disables.
+    carry_gap_s: float = 3.0
+    carry_keep_s: float = 3.0
     max_window_s: float = 30.0
     force_commit_s: float = 20.0
     force_keep_s: float = 5.0
@@ -176,6 +183,8 @@ class StreamingConfig:
         _check(1.0 <= self.max_window_s <= 30.0, "max_window_s must be in [1, 30]")
         _check(0.0 <= self.trim_after_s <= self.max_window_s, "trim_after_s must be in [0, max_window_s]")
         _check(0.0 <= self.trim_keep_s <= 10.0, "trim_keep_s must be in [0, 10]")
+        _check(0.0 <= self.carry_gap_s <= 10.0, "carry_gap_s must be in [0, 10]")
+        _check(0.0 <= self.carry_keep_s <= 10.0, "carry_keep_s must be in [0, 10]")
         _check(
             0 < self.force_keep_s < self.force_commit_s < self.max_window_s,
             "need 0 < force_keep_s < force_commit_s < max_window_s",

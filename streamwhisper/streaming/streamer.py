@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamwhisper.audio.mel import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, IncrementalLogMel
-from streamwhisper.audio.ring import RingBuffer
+from streamwhisper.audio.mel import HOP_LENGTH, SAMPLE_RATE
 from streamwhisper.audio.vad import SpeechBoundary, SpeechDetector, Vad, WebRtcVad
 from streamwhisper.errors import AudioFormatError
 from streamwhisper.events import Event, Final, SpeechEnded, SpeechStarted
@@ -33,16 +32,9 @@ from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 
 from .agreement import WINDOW_SLACK_S, CommitPolicy
 from .config import StreamingConfig
+from .window import AudioWindow, align_down, align_up
 
 logger = logging.getLogger(__name__)
-
-
-def _align_down(sample: int) -> int:
-    return sample - sample % HOP_LENGTH
-
-
-def _align_up(sample: int) -> int:
-    return -(-sample // HOP_LENGTH) * HOP_LENGTH
 
 
 class Streamer:
@@ -64,21 +56,19 @@ class Streamer:
         cfg = config or StreamingConfig()
         self._config = cfg
         self._key = key
-        capacity = int(cfg.max_window_s * SAMPLE_RATE)
-        self._ring = RingBuffer(capacity)
-        self._mel = IncrementalLogMel(cfg.n_mels, max_frames=capacity // HOP_LENGTH + 1)
+        self._audio = AudioWindow(cfg.n_mels, cfg.max_window_s)
         self._detector = SpeechDetector(vad or WebRtcVad(cfg.vad.aggressiveness, cfg.vad.frame_ms), cfg.vad)
         self._policy = CommitPolicy(cfg.policy)
         self._step = cfg.min_step_s
         self._pre_roll = SAMPLE_RATE * cfg.vad.pre_roll_ms // 1000
+        self._pause_samples = SAMPLE_RATE * cfg.pause_hold_ms // 1000
         # Quiet audio kept for the pre-roll of a start the VAD has not confirmed yet.
         self._quiet_keep = SAMPLE_RATE * (cfg.vad.pre_roll_ms + cfg.vad.start_window_ms + 2 * cfg.vad.frame_ms) // 1000
         self._active = False  # an utterance is being recognised
-        self._window_start = 0  # its first uncommitted sample (hop-aligned)
         self._utterance_start = 0  # its first sample
         self._endpoint_at: int | None = None  # it ended here; its endpoint request is due
         self._next_start: int | None = None  # the next utterance began before that request
-        self._next_end: int | None = None  # ... and ended before it, too
+        self._next_end: tuple[int, int] | None = None  # ... and ended before it (endpoint, speech end)
         self._floor = 0  # the next utterance starts after the last one
         self._speech_goes_on = False  # the utterance was ended by finalize() inside speech
         self._last_request_end = 0
@@ -86,11 +76,15 @@ class Streamer:
         self._flushed = False
         self._overflowing = False
         self._wordless = 0  # hypotheses in a row, in this utterance, that had no word
+        self._carry_due = False  # the utterance's window may reopen the words before it
+        self._heard_to = 0  # end of its last window whose hypothesis came back
+        self._speech_end: int | None = None  # its last voiced sample, once the VAD ended it
+        self._paused_at = -1  # where the pause that had its request began
 
     @property
     def time(self) -> float:
         """Seconds of audio fed so far."""
-        return self._ring.end / SAMPLE_RATE
+        return self._audio.end / SAMPLE_RATE
 
     @property
     def step_s(self) -> float:
@@ -122,19 +116,9 @@ class Streamer:
         return self._flushed and not self._active and self._inflight is None
 
     @property
-    def buffered_samples(self) -> int:
-        """Samples held in the ring buffer (at most ``max_window_s`` worth)."""
-        return len(self._ring)
-
-    @property
-    def cached_frames(self) -> int:
-        """Log-mel frames held in the cache."""
-        return self._mel.end_frame - self._mel.start_frame
-
-    @property
-    def nbytes(self) -> int:
-        """Preallocated bytes of the audio ring and mel cache (constant for a session)."""
-        return self._ring.nbytes + self._mel.nbytes
+    def audio(self) -> AudioWindow:
+        """The ring buffer and log-mel cache (their sizes: memory stays bounded)."""
+        return self._audio
 
     def feed(self, samples: np.ndarray) -> list[Event]:
         """Take 16 kHz mono float samples; returns the VAD events (and any utterance closed)."""
@@ -146,15 +130,15 @@ class Streamer:
         if not np.isfinite(x).all():
             raise AudioFormatError("samples contain NaN or infinity")
         x = x.astype(np.float32, copy=False)
-        if self._ring.append(x) and self._active and self._ring.start > self._window_start:
+        if self._audio.append(x) and self._active:
             if not self._overflowing:  # once per episode, not once per chunk
                 logger.warning("audio ring full: uncommitted audio dropped (recognition too slow)")
             self._overflowing = True
         events: list[Event] = []
         for boundary in self._detector.feed(x):
             events.extend(self._on_boundary(boundary))
-        if not self._active:  # hours of silence keep only the pre-roll
-            self._ring.trim_before(self._ring.end - self._quiet_keep)
+        if not self._active:  # hours of silence keep only the pre-roll (and what a next utterance carries)
+            self._audio.forget_before(self._carry_start(align_down(self._audio.end - self._quiet_keep)))
         events.extend(self._settle())
         return events
 
@@ -170,7 +154,7 @@ class Streamer:
         for boundary in self._detector.flush():
             events.extend(self._on_boundary(boundary))
         if self._active and self._endpoint_at is None:
-            self._endpoint_at = self._ring.end
+            self._endpoint_at = self._audio.end
         events.extend(self._settle())
         return events
 
@@ -181,12 +165,17 @@ class Streamer:
         """
         if self._flushed or not self._active or self._endpoint_at is not None:
             return []
-        self._endpoint_at = max(self._ring.end, self._window_start)
-        if self._detector.speaking:
+        self._endpoint_at = max(self._audio.end, self._audio.start)
+        quiet = self._detector.quiet_samples
+        if self._detector.speaking and self._pause_samples and quiet >= self._pause_samples:
+            # in a pause: the speech ended where it began (the pause's hypothesis may have heard
+            # it all); speech resuming after now is a new utterance
+            self._speech_end, self._next_start = self._audio.end - quiet, align_down(self._audio.end)
+        elif self._detector.speaking:
             # the next utterance starts a little before this point: a word cut by it is heard
             # whole there (the policy drops what repeats the committed words)
             back = round(self._config.policy.dedupe_window_s * SAMPLE_RATE)
-            self._next_start = _align_down(max(self._ring.end - back, self._window_start))
+            self._next_start = align_down(max(self._audio.end - back, self._audio.start))
             self._speech_goes_on = True
         return self._settle()
 
@@ -200,44 +189,58 @@ class Streamer:
         if self._inflight is not None or not self._active:
             return None
         endpoint = self._endpoint_at is not None
-        if not endpoint and not self._due():
+        pause = False
+        if not endpoint:
+            pause = self._pause_due()
+            if not pause and not self._due():
+                return None
+        if self._carry_due:  # decided now: the endpoint request before it has committed its words
+            self._carry_due = False
+            carried = self._carry_start(self._audio.start)
+            if carried < self._audio.start:
+                self._audio.open(carried)
+        if self._audio.catch_up():  # audio the ring dropped before it was heard (overload)
+            self._policy.skip_to(self._audio.start / SAMPLE_RATE)
+        self._overflowing = False
+        window = self._audio.mel(self._endpoint_at, finish=self._flushed)
+        if window is None:  # no complete frame yet: wait for audio
             return None
-        self._catch_up()
-        self._sync_mel()
-        start = max(self._window_start // HOP_LENGTH, self._mel.start_frame)
-        end = self._mel.end_frame
-        if self._endpoint_at is not None:
-            end = min(end, self._endpoint_at // HOP_LENGTH)
-        start = max(start, end - N_FRAMES)
-        if end <= start:  # no complete frame yet: wait for audio
-            return None
-        prompt, prefix = self._policy.context(start * HOP_LENGTH / SAMPLE_RATE)
+        mel, start, end = window
+        prompt, prefix = self._policy.context(start / SAMPLE_RATE)
         request = RecognitionRequest(
-            mel=self._mel.window(start, end),
+            mel=mel,
             prompt_text=prompt,
             prefix_text=prefix,
             max_prompt_tokens=self._config.policy.max_prompt_tokens,
             language=self._config.language,
             task=self._config.task,
             key=self._key,
-            start=start * HOP_LENGTH / SAMPLE_RATE,
-            end=end * HOP_LENGTH / SAMPLE_RATE,
+            start=start / SAMPLE_RATE,
+            end=end / SAMPLE_RATE,
             endpoint=endpoint,
+            urgent=endpoint or pause,
         )
-        self._inflight = _Inflight(
-            request, start * HOP_LENGTH, end * HOP_LENGTH, endpoint, bool(prefix), endpoint and self._speech_goes_on
-        )
-        self._last_request_end = end * HOP_LENGTH
+        self._inflight = _Inflight(request, start, end, endpoint, bool(prefix), endpoint and self._speech_goes_on)
+        self._last_request_end = end
         if endpoint:
             self._end_utterance()
         return request
 
+    def _pause_due(self) -> bool:
+        """Whether the request of a pause is due: the VAD has heard ``pause_hold_ms`` of quiet
+        and no window reached that far yet. Its hypothesis ends the utterance if the VAD does."""
+        hold, quiet = self._pause_samples, self._detector.quiet_samples
+        if not hold or quiet < hold or self._paused_at == self._audio.end - quiet:
+            return False  # no pause, or its request was made
+        self._paused_at = self._audio.end - quiet
+        return self._last_request_end < self._paused_at + hold // 2
+
     def _due(self) -> bool:
-        """Whether a regular (not endpoint) request is due: enough new audio since the last."""
+        """Whether a regular request is due: enough new audio since the last, and no pause."""
         cfg = self._config
-        if cfg.pause_hold_ms and self._detector.quiet_samples >= cfg.pause_hold_ms * SAMPLE_RATE // 1000:
+        if self._pause_samples and self._detector.quiet_samples >= self._pause_samples:
             return False  # a pause: the next request comes when speech resumes, or at the endpoint
-        new_audio = self._ring.end - max(self._last_request_end, self._window_start)
+        new_audio = self._audio.end - max(self._last_request_end, self._audio.start)
         step = self._step
         heard = (self._last_request_end - self._utterance_start) / SAMPLE_RATE
         if heard == 0:  # the utterance's first request (at 1.5 s, the one the first commit agrees with)
@@ -262,6 +265,7 @@ class Streamer:
         heard = bool(self._policy.pending) or any(isinstance(e, Final) and e.words for e in events)
         self._wordless = 0 if heard else self._wordless + 1
         if not inflight.endpoint:
+            self._heard_to = inflight.end
             events.extend(self._after_commit(end))
         events.extend(self._settle())
         return events
@@ -284,9 +288,9 @@ class Streamer:
 
     def _on_boundary(self, boundary: SpeechBoundary) -> list[Event]:
         if boundary.started:
-            start = _align_down(boundary.sample - self._pre_roll)
+            start = align_down(boundary.sample - self._pre_roll)
             if not self._active:
-                self._begin(max(start, _align_up(self._ring.start), self._floor))
+                self._begin(max(start, self._audio.oldest, self._floor))
             elif self._next_start is None:  # the last utterance still waits for its endpoint
                 self._next_start = start  # request: queue this one
             else:  # a third utterance before that request: it merges with the queued one
@@ -296,40 +300,53 @@ class Streamer:
             # The queued utterance ended too before the endpoint request of the one before it
             # could be issued (a request was outstanding all along): remember its end. One
             # pending and one queued utterance at most keeps the state bounded.
-            self._next_end = max(boundary.detected, self._next_start)
+            self._next_end = max(boundary.detected, self._next_start), boundary.sample
         elif self._active:
             self._next_start = None
-            self._endpoint_at = max(boundary.detected, self._window_start)
+            self._endpoint_at = max(boundary.detected, self._audio.start)
+            self._speech_end = boundary.sample
         return [SpeechEnded(boundary.sample / SAMPLE_RATE)]
 
     def _begin(self, start: int) -> None:
         self._active = True
         self._endpoint_at = self._next_start = self._next_end = None
-        self._window_start = self._last_request_end = self._utterance_start = start
+        self._last_request_end = self._utterance_start = start
+        self._heard_to, self._speech_end = 0, None
         self._wordless = 0
-        self._mel.reset(start)
+        self._carry_due = True
+        self._audio.open(start)
 
     def _end_utterance(self) -> None:
         assert self._endpoint_at is not None
         self._active = False
-        self._floor = _align_up(self._endpoint_at)
+        self._floor = align_up(self._endpoint_at)
         if self._speech_goes_on and self._next_start is not None:
             self._floor = min(self._floor, self._next_start)
         self._speech_goes_on = False
         self._endpoint_at = None
         if self._next_start is not None:
-            queued_end = self._next_end
-            self._begin(max(self._next_start, self._floor, _align_up(self._ring.start)))
-            if queued_end is not None:
-                self._endpoint_at = max(queued_end, self._window_start)
+            queued = self._next_end
+            self._begin(max(self._next_start, self._floor, self._audio.oldest))
+            if queued is not None:
+                self._endpoint_at, self._speech_end = max(queued[0], self._audio.start), queued[1]
         else:
-            self._mel.reset(self._floor)  # empties the cache until the next utterance
+            self._audio.idle(self._floor)
+
+    def _carry_start(self, start: int) -> int:
+        """Where the window of an utterance starting at ``start`` opens (see ``carry_gap_s``)."""
+        point = self._policy.reopen_point(start / SAMPLE_RATE, self._config.carry_gap_s, self._config.carry_keep_s)
+        return min(start, max(align_down(round(point * SAMPLE_RATE)), self._audio.oldest))
 
     def _settle(self) -> list[Event]:
-        """Close an ended utterance that has no audio left to recognise, without the model."""
+        """Close an ended utterance without the model: when it has no audio left to recognise,
+        or when the hypothesis of its pause heard it to its end (the VAD's endpoint followed)."""
         if self._inflight is not None or not self._active or self._endpoint_at is None:
             return []
-        if self._endpoint_at // HOP_LENGTH > self._window_start // HOP_LENGTH:
+        # heard to the end by a pause's hypothesis, or nothing voiced (begun at a finalize in a pause)
+        end = self._speech_end
+        hold = self._pause_samples
+        heard = end is not None and (end <= self._utterance_start or bool(hold) and self._heard_to >= end + hold // 2)
+        if not heard and self._endpoint_at // HOP_LENGTH > max(self._audio.start, self._utterance_start) // HOP_LENGTH:
             return []
         events = self._policy.close(self._endpoint_at / SAMPLE_RATE, speech_goes_on=self._speech_goes_on)
         self._end_utterance()
@@ -340,11 +357,11 @@ class Streamer:
         events: list[Event] = []
         self._trim_to_commit()
         limit = self._config.force_commit_s * SAMPLE_RATE
-        if self._ring.end - self._window_start > limit:
+        if self._audio.end - self._audio.start > limit:
             cut = window_end - self._config.force_keep_s
             events.extend(self._policy.force_commit(cut))
             self._trim_to_commit(force=True)
-            if self._ring.end - self._window_start > limit:  # nothing heard there: skip it
+            if self._audio.end - self._audio.start > limit:  # nothing heard there: skip it
                 pending = self._policy.pending
                 self._policy.skip_to(min(cut, pending[0].start) if pending else cut)
                 self._trim_to_commit(force=True)
@@ -359,33 +376,9 @@ class Streamer:
         limit) cuts at the commit point itself.
         """
         cfg = self._config
-        commit = _align_down(round(self._policy.trim_point(0.0 if force else cfg.trim_keep_s) * SAMPLE_RATE))
-        if not force and self._ring.end - self._window_start <= cfg.trim_after_s * SAMPLE_RATE:
-            return
-        if commit > self._window_start:
-            self._window_start = min(commit, _align_down(self._ring.end))
-            self._ring.trim_before(self._window_start)
-            self._mel.trim_before(self._window_start // HOP_LENGTH)
-
-    def _catch_up(self) -> None:
-        """Skip audio the ring dropped before it was recognised (only under overload)."""
-        first = _align_up(self._ring.start)
-        if self._window_start < first:
-            self._policy.skip_to(first / SAMPLE_RATE)
-            self._window_start = first
-        self._overflowing = False
-
-    def _sync_mel(self) -> None:
-        if self._mel.finished:
-            return
-        begin = self._mel.sample_end
-        if begin < self._ring.start:  # the mel missed audio that is gone: restart it
-            self._mel.reset(self._window_start)
-            begin = self._window_start
-        if self._ring.end > begin:
-            self._mel.feed(self._ring.read(begin, self._ring.end))
-        if self._flushed:
-            self._mel.finish()
+        commit = align_down(round(self._policy.trim_point(0.0 if force else cfg.trim_keep_s) * SAMPLE_RATE))
+        if force or self._audio.end - self._audio.start > cfg.trim_after_s * SAMPLE_RATE:
+            self._audio.advance(commit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,112 @@
+"""The audio of one stream that the model may still hear: samples, and their log-mel from the
+window start on.
+
+A :class:`AudioWindow` holds at most ``seconds`` of audio in a ring buffer. Its ``start`` (a
+hop-aligned sample) is where the next request's window begins; the log-mel of the audio from
+there is computed incrementally, once per sample, and cut into request windows of at most
+30 s. All positions are samples on the stream's clock.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamwhisper.audio.mel import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, IncrementalLogMel
+from streamwhisper.audio.ring import RingBuffer
+
+
+def align_down(sample: int) -> int:
+    return sample - sample % HOP_LENGTH
+
+
+def align_up(sample: int) -> int:
+    return -(-sample // HOP_LENGTH) * HOP_LENGTH
+
+
+class AudioWindow:
+    """Ring buffer and incremental log-mel of one stream, from the window start to now."""
+
+    def __init__(self, n_mels: int, seconds: float) -> None:
+        capacity = int(seconds * SAMPLE_RATE)
+        self._ring = RingBuffer(capacity)
+        self._mel = IncrementalLogMel(n_mels, max_frames=capacity // HOP_LENGTH + 1)
+        self.start = 0  # the window's first sample (hop-aligned)
+
+    @property
+    def end(self) -> int:
+        """Samples fed so far."""
+        return self._ring.end
+
+    @property
+    def oldest(self) -> int:
+        """The first hop-aligned sample the ring still holds."""
+        return align_up(self._ring.start)
+
+    @property
+    def buffered_samples(self) -> int:
+        return len(self._ring)
+
+    @property
+    def cached_frames(self) -> int:
+        return self._mel.end_frame - self._mel.start_frame
+
+    @property
+    def nbytes(self) -> int:
+        """Preallocated bytes of the ring and mel cache (constant)."""
+        return self._ring.nbytes + self._mel.nbytes
+
+    def append(self, samples: np.ndarray) -> bool:
+        """Add samples; True when the ring dropped audio after the window start."""
+        return self._ring.append(samples) and self._ring.start > self.start
+
+    def open(self, start: int) -> None:
+        """Start the window at ``start`` (an utterance begins, or reopens earlier audio)."""
+        self.start = start
+        self._mel.reset(start)
+
+    def idle(self, sample: int) -> None:
+        """No utterance: empty the mel cache; the next one starts at ``sample`` or later."""
+        self._mel.reset(sample)
+
+    def forget_before(self, sample: int) -> None:
+        """Drop the audio before ``sample`` (between utterances)."""
+        self._ring.trim_before(sample)
+
+    def advance(self, sample: int) -> None:
+        """Move the window start forward to ``sample`` (at most now), dropping what is before."""
+        if sample > self.start:
+            self.start = min(sample, align_down(self._ring.end))
+            self._ring.trim_before(self.start)
+            self._mel.trim_before(self.start // HOP_LENGTH)
+
+    def catch_up(self) -> bool:
+        """Skip the audio the ring dropped before it was recognised; True when it did."""
+        if self.start >= self.oldest:
+            return False
+        self.start = self.oldest
+        return True
+
+    def mel(self, end: int | None = None, *, finish: bool = False) -> tuple[np.ndarray, int, int] | None:
+        """The normalised log-mel of the window up to now (or ``end``), at most 30 s: (mel, first
+        sample, end sample), hop-aligned; None while it holds no complete frame. ``finish``: the
+        stream ended, so the last partial frame is padded and computed."""
+        self._sync(finish)
+        first = max(self.start // HOP_LENGTH, self._mel.start_frame)
+        last = self._mel.end_frame if end is None else min(self._mel.end_frame, end // HOP_LENGTH)
+        first = max(first, last - N_FRAMES)
+        if last <= first:
+            return None
+        return self._mel.window(first, last), first * HOP_LENGTH, last * HOP_LENGTH
+
+    def _sync(self, finish: bool) -> None:
+        if self._mel.finished:
+            return
+        begin = self._mel.sample_end
+        if begin < self._ring.start:  # the mel missed audio that is gone: restart it
+            self._mel.reset(self.start)
+            begin = self.start
+        if self._ring.end > begin:
+            self._mel.feed(self._ring.read(begin, self._ring.end))
+        if finish:
+            self._mel.finish()
+
