@@ -42,6 +42,21 @@ def test_local_agreement_commits_the_confirmed_prefix() -> None:
     assert seqs == list(range(len(seqs)))
 
 
+def test_reopen_point_goes_back_over_the_last_committed_words_after_a_short_gap() -> None:
+    p = CommitPolicy(AGREEMENT)
+    assert p.reopen_point(2.0, 3.0, 3.0) == 2.0  # nothing committed yet
+    words = [(f" w{i}", 0.5 + 0.5 * i, 0.9 + 0.5 * i) for i in range(10)]  # 0.5 .. 5.4 s
+    p.observe(hyp(words), 0.0, 6.0, endpoint=True)
+    assert p.last_word_end == 5.4 and p.committed_end == 6.0
+    # the words of the last 3 s before the commit point (6.0): after " w4" (ends 2.9), half-way to " w5"
+    assert p.reopen_point(7.0, 3.0, 3.0) == pytest.approx(2.95)
+    assert p.reopen_point(8.4, 3.0, 3.0) == pytest.approx(2.95)  # 3.0 s after the last word
+    assert p.reopen_point(8.5, 3.0, 3.0) == 8.5  # later: alone
+    assert p.reopen_point(7.0, 0.0, 3.0) == 7.0  # disabled
+    assert p.reopen_point(6.2, 1.0, 1.0) == pytest.approx(4.95)  # the last second: " w9" alone
+    assert p.reopen_point(6.2, 0.5, 1.0) == 6.2
+
+
 def test_a_word_cut_by_the_window_end_waits() -> None:
     p = CommitPolicy(AGREEMENT)
     p.observe(hyp([(" ask", 1.0, 1.3), (" not", 1.3, 1.6)]), 0.0, 1.6)

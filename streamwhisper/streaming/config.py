@@ -143,10 +143,10 @@ class StreamingConfig:
     # of a 0.5 s window (windows of 1.5, 2.0, 2.5 s ...): read_en 649 -> 580 requests, the same
     # finals and WER, partials p50 +0.04 s.
     first_step_s: float = 1.5
-    # While the VAD hears a pause of pause_hold_ms or more inside an utterance, no request is
-    # made: the next comes when speech resumes (its new audio is due at once) or at the
-    # endpoint, which finalises the words before the pause anyway. 0 disables. read_en: 3 %
-    # fewer requests, the same latency and WER.
+    # Once the VAD hears a pause of pause_hold_ms inside an utterance, one (urgent) request
+    # covers the speech before it, then none until speech resumes. If the endpoint follows,
+    # that hypothesis is the endpoint's: the final comes with the endpoint, without another
+    # request. 0 disables both (and every pause then has requests at the step).
     pause_hold_ms: int = 150
     # Committed words stay in the window (as a forced decoder prefix) until it is this long;
     # then it is trimmed at the commit point. 0 trims at every commit.
