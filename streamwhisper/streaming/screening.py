@@ -62,6 +62,8 @@ def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int, long_ngram
         for i in range(len(words) - n * repeats + 1):
             if best is not None and i + n >= best:
                 break
+            if words[i + n] != words[i]:  # cheap first: most positions start no repeat
+                continue
             gram = words[i : i + n]
             if all(words[i + k * n : i + (k + 1) * n] == gram for k in range(1, repeats)):
                 best = i + n
