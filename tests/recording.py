@@ -12,12 +12,21 @@ per stream, in order:
 - ``batch`` (the recogniser's batches: which streams' windows were served together).
 
 Every record also carries the streamer's bookkeeping after the call (window start, commit point,
-last request end, ring start/end). As a plugin it writes one JSON-lines file per test to
-``$STREAMWHISPER_RECORD_DIR`` (default ``/tmp/streamwhisper-records``) and, with
-``STREAMWHISPER_RECORD_DELAY=s`` each batch takes up to ``s`` seconds longer (uniformly at
-random: the schedules of a slower machine without its CPU cost). With
-``STREAMWHISPER_RECORD_STRICT=1``, it fails a test whose finals (per stream) say a run of
-``STRICT_RUN`` or more normalised words twice.
+last request end, ring start/end), and each ``feed`` the VAD's frame verdicts, so that
+:func:`schedule` can turn a stream into a schedule ``tests/schedule_replay.py`` plays back
+without audio or model. As a plugin it writes one JSON-lines file per test to
+``$STREAMWHISPER_RECORD_DIR`` (default ``/tmp/streamwhisper-records``). Options:
+
+- ``STREAMWHISPER_RECORD_STRICT=1``: a test whose finals (per stream) say a run of
+  ``STRICT_RUN`` or more normalised words twice fails (the record names the file; the audio
+  fed is saved beside it as ``.npz``);
+- ``STREAMWHISPER_RECORD_DELAY=s``: each batch takes up to ``s`` seconds longer (uniformly at
+  random): the schedules of a slower machine without its CPU cost.
+
+For example::
+
+    PYTHONPATH=.:tests STREAMWHISPER_RECORD_STRICT=1 python -m pytest -p recording -m slow \
+        tests/test_examples.py tests/test_listen.py tests/test_web_page.py
 """
 
 from __future__ import annotations
