@@ -10,9 +10,8 @@ from types import ModuleType
 
 import pytest
 from live_server import LiveServer
-from scoring import assert_delivered
 
-from benchmarks.scoring import Clip
+from benchmarks.scoring import Clip, word_error_rate
 from streamwhisper.events import Final, Partial, Word
 
 pytestmark = pytest.mark.slow  # end to end: the real model
@@ -54,7 +53,7 @@ def test_python_client_prints_partials_in_place_and_finals_as_lines(serving_mode
     finals = [line.split(CLEAR_LINE)[-1] for line in lines[:-1]]
     partials = [p for line in lines[:-1] for p in line.split(CLEAR_LINE)[:-1] if p]
     assert partials and all(finals)
-    assert_delivered(jfk.reference, " ".join(finals))  # not a plain WER bound: see scoring.py
+    assert word_error_rate([jfk.reference], [" ".join(finals)]) <= 0.2, finals  # a repeated phrase: >= 0.23
     assert err.startswith("closed (eof): 11.0 s of audio")
 
 
@@ -76,7 +75,7 @@ def test_meeting_bot_posts_one_time_ordered_labelled_transcript(bot, serving_mod
         for line in mine:  # on the meeting clock: within the participant's own time
             assert p.joined_at - 0.5 <= line.start <= line.end <= p.joined_at + clip.seconds + 0.5, line
         text = " ".join(line.text for line in mine)
-        assert_delivered(clip.reference, text, bound=0.25)  # not a plain WER bound: see scoring.py
+        assert word_error_rate([clip.reference], [text]) <= 0.25, f"{p.name}: {text!r}"  # no sentence said twice
     # Alice opens the meeting, Bob joins while she still speaks, Carol has the last word
     speakers = [line.speaker for line in lines]
     assert speakers[0] == "Alice" and speakers[-1] == "Carol" and "Bob" in speakers

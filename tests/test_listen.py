@@ -26,9 +26,8 @@ from typing import Any
 import numpy as np
 import pytest
 from live_server import LiveServer
-from scoring import assert_delivered
 
-from benchmarks.scoring import Clip
+from benchmarks.scoring import Clip, word_error_rate
 from streamwhisper import cli
 from streamwhisper.audio.convert import resample
 from streamwhisper.listen import mic
@@ -188,7 +187,7 @@ def test_listen_in_process_captions_the_microphone(serving_model, monkeypatch, t
     assert partials, "the revisable partial is shown in place"
     assert all(finals), out
     transcript = " ".join(finals)
-    assert_delivered(jfk.reference, transcript)  # WER without the core's repeats: see scoring.py
+    assert word_error_rate([jfk.reference], [transcript]) <= 0.2, transcript  # a repeated phrase: >= 0.23
     assert read_srt(srt, len(jfk_16k) / 16000) == finals  # one cue per final, as it was finalised
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
@@ -209,7 +208,7 @@ def test_ctrl_c_ends_listen_and_finalises_the_pending_audio(
     cues = read_vtt(vtt, len(audio) / 16000)
     assert cues == out.splitlines()
     assert re.sub(r"\W", "", cues[-1].split()[-1]).lower() == "country"
-    assert_delivered(jfk.reference, " ".join(cues))
+    assert word_error_rate([jfk.reference], [" ".join(cues)]) <= 0.2, cues
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
@@ -233,7 +232,7 @@ def test_listen_against_a_daemon(serving_model, monkeypatch, tmp_path, capsys, j
     assert words and all(w["start"] <= w["end"] for w in words)
     assert [w["end"] for w in words] == sorted(w["end"] for w in words)
     transcript = " ".join(r["text"] for r in records)
-    assert_delivered(jfk.reference, transcript)  # WER without the core's repeats: see scoring.py
+    assert word_error_rate([jfk.reference], [transcript]) <= 0.2, transcript  # a repeated phrase: >= 0.23
 
 
 def test_listen_reports_an_unreachable_daemon_in_one_line(monkeypatch, capsys, jfk_16k) -> None:

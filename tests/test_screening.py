@@ -55,6 +55,15 @@ def test_find_loop_long_phrases_twice(words: str, cut: int | None) -> None:
     assert find_loop(words.split(), max_ngram=8, min_repeats=3, long_ngram=3) == cut
 
 
+@pytest.mark.parametrize("n", [3, 8, 9, 12, 30])
+def test_find_loop_a_sentence_of_any_length_twice(n: int) -> None:
+    # longer than max_ngram too: "ask not what your country can do for you" is 9 words
+    sentence = [f"w{i}" for i in range(n)]
+    assert find_loop(["so", *sentence, *sentence], max_ngram=8, min_repeats=3, long_ngram=3) == n + 1
+    assert find_loop(["so", *sentence, *sentence], max_ngram=8, min_repeats=3) == (None if n > 1 else 2)
+    assert find_loop([*sentence, "and", *sentence], max_ngram=8, min_repeats=3, long_ngram=3) is None
+
+
 def test_screen_rejects_silence_low_confidence_and_compression() -> None:
     cfg = PolicyConfig()
     words = [(" hi", 0.0, 0.3)]

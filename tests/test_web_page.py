@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 from chromium import Chromium, find_chromium
 from live_server import LiveServer
-from scoring import assert_delivered
 
-from benchmarks.scoring import Clip, normalize
+from benchmarks.scoring import Clip, normalize, word_error_rate
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 
 pytestmark = pytest.mark.slow  # end to end: the real model
@@ -75,7 +74,7 @@ def test_the_page_captions_the_microphone(browser_binary, serving_model, jfk, jf
                 f".endsWith({json.dumps(last_words)}) && t; }})()",
                 timeout=90,
             )
-            assert_delivered(jfk.reference, finals)  # not a plain WER bound: see scoring.py
+            assert word_error_rate([jfk.reference], [finals]) <= 0.2, finals  # a repeated phrase: >= 0.23
             assert text_of(browser, "error") == ""
             shot = browser.screenshot(tmp_path / "captions.png")
             print(f"screenshot: {shot}")

@@ -47,16 +47,23 @@ def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int, long_ngram
     A loop is an n-gram repeated ``min_repeats`` times back to back (``min_repeats + 1`` for a
     single word, since "no no no" is ordinary speech); an n-gram of ``long_ngram`` words or more
     (0: no such rule) needs only two: people repeat a word or two, not a whole phrase, while a
-    decoder running past the end of short audio says its sentence again.
+    decoder running past the end of short audio says its sentence again. That sentence may be
+    longer than ``max_ngram`` ("ask not what your country can do for you", 9 words): the rule
+    for phrases said twice looks at every length up to half the words.
     """
     best: int | None = None
-    for n in range(1, max_ngram + 1):
+    longest = max(max_ngram, len(words) // 2 if long_ngram else 0)
+    for n in range(1, longest + 1):
         repeats = min_repeats + 1 if n == 1 else min_repeats
         if long_ngram and n >= long_ngram:
             repeats = 2
+        elif n > max_ngram:
+            continue
         for i in range(len(words) - n * repeats + 1):
             if best is not None and i + n >= best:
                 break
+            if words[i + n] != words[i]:  # cheap first: most positions start no repeat
+                continue
             gram = words[i : i + n]
             if all(words[i + k * n : i + (k + 1) * n] == gram for k in range(1, repeats)):
                 best = i + n
