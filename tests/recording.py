@@ -96,10 +96,10 @@ class Recorder:
 
 def state(s: Streamer) -> dict[str, Any]:
     return {
-        "window_start": s._window_start / SAMPLE_RATE,
+        "window_start": s._audio.start / SAMPLE_RATE,
         "committed_end": s._policy.committed_end,
         "last_request_end": s._last_request_end / SAMPLE_RATE,
-        "ring": [s._ring.start / SAMPLE_RATE, s._ring.end / SAMPLE_RATE],
+        "ring": [s._audio._ring.start / SAMPLE_RATE, s._audio._ring.end / SAMPLE_RATE],
         "active": s._active,
         "endpoint_at": None if s._endpoint_at is None else s._endpoint_at / SAMPLE_RATE,
         "next_start": None if s._next_start is None else s._next_start / SAMPLE_RATE,
