@@ -36,7 +36,11 @@ class RecognitionRequest:
     ``prefix`` followed by the tokens of ``prefix_text``. The streaming core gives text, which
     the recogniser encodes on its own thread (:meth:`with_tokens`).
     ``start``/``end`` place the window on its stream's audio clock (seconds) and ``endpoint``
-    says that it finalises an utterance: what a scheduler needs, ignored by the recogniser.
+    says that it finalises an utterance: what a scheduler needs, ignored by the recogniser; so
+    is ``bulk``: a window of a whole-file transcription, served after every live request.
+    ``timestamps`` decodes with timestamp tokens (kept in the hypothesis' tokens: offline
+    segmentation) and Whisper's full token budget; ``temperatures`` replaces the recogniser's
+    fallback temperatures for this request.
     """
 
     mel: np.ndarray
@@ -52,6 +56,9 @@ class RecognitionRequest:
     prompt_text: str = ""
     prefix_text: str = ""
     max_prompt_tokens: int | None = None
+    timestamps: bool = False
+    bulk: bool = False
+    temperatures: tuple[float, ...] | None = None
 
     def with_tokens(self, encode: Callable[[str], Sequence[int]]) -> RecognitionRequest:
         """This request with its prompt and prefix as token ids alone, ``encode`` turning text
