@@ -20,9 +20,9 @@ import numpy as np
 from .audio.mel import pad_or_trim
 from .whisper_input import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
 
-if TYPE_CHECKING:  # the options' types only; transcribe imports this module at run time
+if TYPE_CHECKING:
+    from .model.fallback import FallbackRule
     from .model.tokenizer import Tokenizer
-    from .transcribe import TranscribeOptions
 
 INPUT_STRIDE = 2  # mel frames per audio token
 DIGITAL_SILENCE = 1e-4  # peak amplitude (-80 dBFS) under which a window holds no signal
@@ -79,6 +79,22 @@ class DecodedWindow(Protocol):
     def temperature(self) -> float: ...
 
 
+class LoopOptions(Protocol):
+    """What the loop reads of a transcription's options (``TranscribeOptions``)."""
+
+    @property
+    def fallback(self) -> FallbackRule: ...
+
+    @property
+    def condition_on_previous_text(self) -> bool: ...
+
+    @property
+    def initial_prompt(self) -> str | None: ...
+
+    @property
+    def word_timestamps(self) -> bool: ...
+
+
 # Given a window's kept segments: each segment's words ({"word", "start", "end", "probability"},
 # absolute seconds) and the median word duration.
 WordSource = Callable[[list[Segment]], tuple[list[list[dict[str, Any]]], float]]
@@ -112,7 +128,7 @@ class WindowLoop:
         options: the transcription's options (prompt conditioning, fallback rule, word timings).
     """
 
-    def __init__(self, audio: np.ndarray, mel: np.ndarray, tokenizer: Tokenizer, options: TranscribeOptions) -> None:
+    def __init__(self, audio: np.ndarray, mel: np.ndarray, tokenizer: Tokenizer, options: LoopOptions) -> None:
         self.audio, self.mel, self.tokenizer, self.options = audio, mel, tokenizer, options
         self.content_frames = mel.shape[-1] - N_FRAMES
         self.duration = self.content_frames * HOP_LENGTH / SAMPLE_RATE
