@@ -24,8 +24,10 @@ import hmac
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiohttp import WSMsgType, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from streamwhisper.errors import ConfigError
 
@@ -73,6 +75,16 @@ class WebSocketConnection:
     async def close(self, code: int, reason: str) -> None:
         with contextlib.suppress(Exception):  # the client is gone already
             await self._ws.close(code=code, message=reason.encode()[:123])
+
+
+class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server log: a client's malformed request is one debug line, not a traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            self.debug("%s: %s", msg % args if args else msg, exc_info.message)
+        else:
+            self.error(msg, *args, exc_info=exc_info, **kwargs)
 
 
 def check_token(server: ServerConfig, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
@@ -128,6 +140,7 @@ class HttpFront:
             app,
             handle_signals=False,
             access_log=None,
+            logger=_ServerLog(logger, {}),
             keepalive_timeout=server.handshake_timeout_s,
             max_line_size=MAX_LINE,
             max_field_size=MAX_LINE,
