@@ -117,7 +117,7 @@ def test_verbose_json_with_word_and_segment_timestamps(client, jfk_path, jfk_aud
     segments = result.segments
     assert segments and _wer(" ".join(s.text for s in segments)) <= 0.05
     assert [s.id for s in segments] == list(range(len(segments)))
-    for previous, current in zip(segments, segments[1:]):
+    for previous, current in zip(segments, segments[1:], strict=False):
         assert previous.end <= current.start + 0.01
     assert all(0.0 <= s.start < s.end <= duration + 0.01 for s in segments)
     with jfk_path.open("rb") as f:  # words only
