@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 import av
 import av.error
@@ -70,7 +70,7 @@ def _make_resampler(sample_rate: int) -> av.AudioResampler:
     )
 
 
-def _decode(path: _Decodable, sample_rate: int, stream_in: BinaryIO | None = None) -> Iterator[np.ndarray]:
+def _decode(path: _Decodable, sample_rate: int, stream_in: IO[bytes] | None = None) -> Iterator[np.ndarray]:
     """Yield mono float32 blocks at ``sample_rate`` decoded from the first audio stream of ``path``
     (or of the open binary file ``stream_in``, then ``path`` only names it in errors).
 
@@ -136,7 +136,7 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 
 
 def load_audio_stream(
-    stream_in: BinaryIO, name: str, sample_rate: int = SAMPLE_RATE, max_seconds: float | None = None
+    stream_in: IO[bytes], name: str, sample_rate: int = SAMPLE_RATE, max_seconds: float | None = None
 ) -> np.ndarray:
     """:func:`load_audio` for an open binary file (an upload): ``name`` names it in errors, and
     audio longer than ``max_seconds`` raises :class:`AudioFormatError` as soon as it is decoded."""

@@ -72,8 +72,8 @@ class WhisperRecognizer:
         if cfg.batch_decode and len(plain) > 1 and beam is None and cfg.fallback.temperatures[0] == 0:
             some = [windows[i] for i in plain]
             batched = decode_greedy_batch(model, self._tokenizer, some, [bases[i] for i in plain])
-            for i, first in zip(plain, batched, strict=True):
-                firsts[i] = first
+            for i, decoded in zip(plain, batched, strict=True):
+                firsts[i] = decoded
         hypotheses = []
         for request, f, window, base, first in zip(requests, features, windows, bases, firsts, strict=True):
             cache = window_cache(model, window)

@@ -82,7 +82,7 @@ class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
         if isinstance(exc_info, HttpProcessingError):
-            self.debug("%s: %s", msg % args if args else msg, exc_info.message)
+            self.debug("%s: %s", str(msg) % args if args else msg, exc_info.message)
         else:
             self.error(msg, *args, exc_info=exc_info, **kwargs)
 
@@ -152,7 +152,7 @@ class HttpFront:
     @property
     def port(self) -> int:
         assert self._site is not None and self._site._server is not None, "start() first"
-        sockets = self._site._server.sockets  # type: ignore[union-attr]
+        sockets = self._site._server.sockets  # type: ignore[attr-defined]  # an asyncio.Server
         return int(sockets[0].getsockname()[1])
 
     async def start(self) -> None:
