@@ -15,6 +15,7 @@ windows run on the shared worker after every live request (:mod:`.offline`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -177,11 +178,12 @@ class OpenAIRest:
 
     async def _run(self, request: web.Request, job: FileTranscription) -> None:
         try:
-            async for _ in job.run():
-                if self.ctx.shutdown.is_set():
-                    raise ApiError(503, "the server is shutting down", "shutting_down", kind="server_error")
-                if request.transport is None or request.transport.is_closing():
-                    raise ApiError(499, "the client went away", "client_gone")
+            async with contextlib.aclosing(job.run()) as windows:
+                async for _ in windows:
+                    if self.ctx.shutdown.is_set():
+                        raise ApiError(503, "the server is shutting down", "shutting_down", kind="server_error")
+                    if request.transport is None or request.transport.is_closing():
+                        raise ApiError(499, "the client went away", "client_gone")
         except Unavailable as exc:
             raise ApiError(503, f"transcription failed: {exc}", "unavailable", kind="server_error") from None
 
@@ -190,14 +192,15 @@ class OpenAIRest:
         await response.prepare(request)
         sent = ""
         try:
-            async for added in job.run():
-                delta = "".join(s.text for s in added)
-                delta = delta.lstrip() if not sent else delta
-                if delta:
-                    sent += delta
-                    await _event(response, {"type": "transcript.text.delta", "delta": delta})
-                if self.ctx.shutdown.is_set():
-                    raise Unavailable("the server is shutting down")
+            async with contextlib.aclosing(job.run()) as windows:
+                async for added in windows:
+                    delta = "".join(s.text for s in added)
+                    delta = delta.lstrip() if not sent else delta
+                    if delta:
+                        sent += delta
+                        await _event(response, {"type": "transcript.text.delta", "delta": delta})
+                    if self.ctx.shutdown.is_set():
+                        raise Unavailable("the server is shutting down")
             done = {"type": "transcript.text.done", "text": sent, "usage": _usage(job)}
             await _event(response, done)
         except Unavailable as exc:
