@@ -113,9 +113,13 @@ def run_session(url: str, query: str, steps: list[tuple[str, object]]) -> tuple[
 
 
 def check_answer(messages: list[dict], code: int | None, steps: list[tuple[str, object]]) -> None:
-    assert code in ALLOWED_CLOSE, f"close code {code} for {steps!r:.300}: {messages!r:.300}"
-    errors = [m for m in messages if m["type"] == "error"]
     oversized = any(len(p) > 4 * LIMIT for _, p in steps)  # type: ignore[arg-type]
+    # A message over the transport's own limit that arrives while the session is already closing
+    # makes aiohttp drop the connection with that message unread, and the kernel then resets it:
+    # the client may lose the close frame (1006) as well as the messages before it.
+    allowed = ALLOWED_CLOSE | {1006} if oversized else ALLOWED_CLOSE
+    assert code in allowed, f"close code {code} for {steps!r:.300}: {messages!r:.300}"
+    errors = [m for m in messages if m["type"] == "error"]
     if code != 1000 and not oversized:
         assert errors, f"close {code} without an error message: {steps!r:.300}"
     if messages and messages[0]["type"] == "ready" and not oversized:
