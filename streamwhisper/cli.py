@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(sv)
     sv.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=int, help="port (default 8765; 0 = any free port)")
+    sv.add_argument(
+        "--max-upload-bytes", type=int, help="largest file POST /v1/audio/transcriptions accepts (default 25 MiB)"
+    )
 
     ls = sub.add_parser("listen", help="live captions from the microphone (in-process, or via a daemon)")
     ls.add_argument("--list-devices", action="store_true", help="list the audio input devices and exit")
@@ -116,7 +119,11 @@ def resolve_config(args: argparse.Namespace) -> Config:
             "compute_type": getattr(args, "compute_type", None),
             "threads": getattr(args, "threads", None),
         },
-        "server": {"host": getattr(args, "host", None), "port": getattr(args, "port", None)},
+        "server": {
+            "host": getattr(args, "host", None),
+            "port": getattr(args, "port", None),
+            "max_upload_bytes": getattr(args, "max_upload_bytes", None),
+        },
     }
     if getattr(args, "command", None) != "transcribe":  # its --beam-size and --temperatures are offline options
         overrides["recognizer"] = {

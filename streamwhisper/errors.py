@@ -6,6 +6,7 @@
      +-- ConfigError          bad settings (file, environment, flags or a client's config message)
      +-- ModelLoadError       a model that cannot be found, downloaded, verified or parsed
      +-- AudioFormatError     audio that cannot be decoded or has the wrong sample format
+     |    +-- AudioTooLongError   more audio than a limit allows (an upload)
      +-- ProtocolError        a message that breaks the wire protocol (carries a close code)
      +-- AudioDeviceError     no usable microphone (no input device, no PortAudio, unknown device)
 
@@ -29,6 +30,10 @@ class ModelLoadError(StreamWhisperError):
 
 class AudioFormatError(StreamWhisperError):
     """Audio that cannot be decoded, or samples in a format we do not accept."""
+
+
+class AudioTooLongError(AudioFormatError):
+    """Audio longer than the limit its decoder was given."""
 
 
 class ProtocolError(StreamWhisperError):

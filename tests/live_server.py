@@ -19,10 +19,11 @@ T = TypeVar("T")
 class LiveServer:
     """``with LiveServer(model, max_sessions=2) as server: ... server.url ...``
 
-    Keyword arguments override ``[server]`` settings; ``streaming=`` replaces the streaming config.
+    Keyword arguments override ``[server]`` settings; ``streaming=`` replaces the streaming config;
+    ``name`` is the model's name the daemon reports.
     """
 
-    def __init__(self, model: Any, streaming: Any = None, **server: Any) -> None:
+    def __init__(self, model: Any, streaming: Any = None, name: str = "tiny.en", **server: Any) -> None:
         base = Config()
         config = dataclasses.replace(
             base,
@@ -31,6 +32,7 @@ class LiveServer:
         )
         self.daemon_config = config
         self._model = model
+        self._name = name
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="live-server", daemon=True)
         self.daemon: Daemon | None = None
@@ -40,7 +42,7 @@ class LiveServer:
 
         async def start() -> Daemon:
             config = self.daemon_config
-            daemon = Daemon(config.server, config.streaming, WhisperRecognizer(self._model), "tiny.en")
+            daemon = Daemon(config.server, config.streaming, WhisperRecognizer(self._model), self._name)
             await daemon.start()
             return daemon
 

@@ -6,6 +6,7 @@ import json
 import socket
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlencode
 
 import numpy as np
@@ -112,9 +113,13 @@ def run_session(url: str, query: str, steps: list[tuple[str, object]]) -> tuple[
 
 
 def check_answer(messages: list[dict], code: int | None, steps: list[tuple[str, object]]) -> None:
-    assert code in ALLOWED_CLOSE, f"close code {code} for {steps!r:.300}: {messages!r:.300}"
-    errors = [m for m in messages if m["type"] == "error"]
     oversized = any(len(p) > 4 * LIMIT for _, p in steps)  # type: ignore[arg-type]
+    # A message over the transport's own limit that arrives while the session is already closing
+    # makes aiohttp drop the connection with that message unread, and the kernel then resets it:
+    # the client may lose the close frame (1006) as well as the messages before it.
+    allowed = ALLOWED_CLOSE | {1006} if oversized else ALLOWED_CLOSE
+    assert code in allowed, f"close code {code} for {steps!r:.300}: {messages!r:.300}"
+    errors = [m for m in messages if m["type"] == "error"]
     if code != 1000 and not oversized:
         assert errors, f"close {code} without an error message: {steps!r:.300}"
     if messages and messages[0]["type"] == "ready" and not oversized:
@@ -222,3 +227,108 @@ def test_a_client_that_never_reads_cannot_grow_server_memory(serving_model, jfk_
     assert 'streamwhisper_errors_total{kind="client_not_reading"} 1.0' in metrics
     assert outbox.peak == 8, "the outbox filled up to its bound, and no further"
     assert peak_buffer <= 64 * 1024 + 16 * 1024, peak_buffer
+
+
+# --- the OpenAI-compatible REST endpoints -------------------------------------------------------
+
+REST_LIMIT = 256 * 1024  # max_upload_bytes of the REST-fuzzed server
+REST_STATUS = {200, 400, 401, 404, 405, 413, 429}
+form_fields = st.sampled_from(
+    ["model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]", "stream", "x"]
+)
+field_values = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["json", "text", "srt", "vtt", "verbose_json", "word", "segment", "true", "en", "0", "2", "-1"]),
+)
+
+
+def _file_bodies(flac: bytes) -> st.SearchStrategy[bytes]:
+    return st.one_of(
+        st.binary(max_size=2000),  # garbage
+        st.integers(1, len(flac)).map(lambda n: flac[: min(n, 48_000)]),  # a truncated real file (up to ~2 s)
+        st.integers(REST_LIMIT + 1, 2 * REST_LIMIT).map(lambda n: Blob(b"\0" * n)),  # over the limit
+    )
+
+
+def _multipart(fields: list[tuple[str, str]], file: bytes | None, boundary: str = "fz0") -> bytes:
+    out = b""
+    for name, value in fields:
+        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
+        out += value.encode("utf-8", "surrogatepass") + b"\r\n"
+    if file is not None:
+        out += f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.flac"\r\n'.encode()
+        out += b"Content-Type: audio/flac\r\n\r\n" + file + b"\r\n"
+    return out + f"--{boundary}--\r\n".encode()
+
+
+def test_malformed_uploads_get_openai_errors_and_live_streams_keep_their_transcripts(  # type: ignore[no-untyped-def]
+    serving_model, clips
+) -> None:
+    import urllib.error
+    import urllib.request
+
+    flac = Path(clips["en_jfk"].wav).read_bytes()
+    spoken = [clips[n] for n in ("en_jfk", "en_lj_LJ001-0016", "en_ps_librivox_sense_0890")]
+    reference = " ".join(c.reference for c in spoken)
+    gap = np.zeros(16000, dtype=np.float32)
+    speech = np.concatenate([part for c in spoken for part in (load_audio(c.wav), gap)])
+    healthy: dict[str, object] = {}
+    with LiveServer(serving_model, max_upload_bytes=REST_LIMIT, max_uploads=4, auth_token="t") as server:
+
+        def stream_real_speech() -> None:
+            messages = []
+            with connect(server.url + "/v1/stream?token=t", close_timeout=10) as ws:
+                reader = threading.Thread(target=lambda: messages.extend(json.loads(m) for m in ws))
+                reader.start()
+                began = time.monotonic()
+                for i in range(0, len(speech), 1600):
+                    ws.send(float32_to_pcm_s16le(speech[i : i + 1600]))
+                    time.sleep(max(0.0, began + (i + 1600) / 16000 - time.monotonic()))
+                ws.send('{"type": "eof"}')
+                reader.join(timeout=60)
+            healthy["messages"], healthy["code"] = messages, ws.close_code
+
+        good = threading.Thread(target=stream_real_speech)
+        good.start()
+
+        @settings(
+            max_examples=150, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+        )
+        @given(
+            path=st.sampled_from(["/v1/audio/transcriptions", "/v1/audio/translations", "/v1/models", "/v1/models/x"]),
+            method=st.sampled_from(["POST", "POST", "POST", "GET", "PUT"]),
+            auth=st.sampled_from(["Bearer t", "Bearer t", "Bearer wrong", "", "Token t"]),
+            kind=st.sampled_from(["multipart/form-data; boundary=fz0", "multipart/form-data", "application/json", ""]),
+            fields=st.lists(st.tuples(form_fields, field_values), max_size=4),
+            file=st.one_of(st.none(), _file_bodies(flac)),
+        )
+        def fuzz(path: str, method: str, auth: str, kind: str, fields: list, file: bytes | None) -> None:
+            body = _multipart(fields, file) if "multipart" in kind or file is not None else b"{}"
+            headers = {"Authorization": auth} if auth else {}
+            if kind:
+                headers["Content-Type"] = kind
+            request = urllib.request.Request(server.http + path, data=body, headers=headers, method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=120) as r:
+                    status, content = r.status, r.read()
+            except urllib.error.HTTPError as exc:
+                with exc:
+                    status, content = exc.code, exc.read()
+            except (ConnectionError, urllib.error.URLError):  # the server stopped reading a large body
+                assert file is not None and len(file) > REST_LIMIT
+                return
+            assert status in REST_STATUS, (status, content[:200])
+            if status != 200:
+                error = json.loads(content)["error"]
+                assert set(error) == {"message", "type", "param", "code"} and error["message"], error
+
+        fuzz()
+        good.join(timeout=180)
+        assert healthy["code"] == 1000
+        messages = healthy["messages"]
+        assert isinstance(messages, list) and messages[-1]["type"] == "closed"
+        text = " ".join(m["text"] for m in messages if m["type"] == "final")
+        assert word_error_rate([reference], [text]) <= 0.2, text
+        assert server.inspect(lambda d: d.rest.active) == 0
+        with urllib.request.urlopen(server.http + "/readyz", timeout=10) as r:  # still serving
+            assert json.loads(r.read())["ready"]

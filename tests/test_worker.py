@@ -4,6 +4,7 @@ a batch (``TimedRecognizer.hold``) while it fills the queue, so every batch is k
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -36,10 +37,12 @@ class Client:
         self.worker = worker
         self.outcomes: dict[str, asyncio.Future[Outcome]] = {}
 
-    def submit(self, key: str, endpoint: bool = False, urgent: bool | None = None):  # type: ignore[no-untyped-def]
+    def submit(  # type: ignore[no-untyped-def]
+        self, key: str, endpoint: bool = False, bulk: bool = False, urgent: bool | None = None
+    ):
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self.outcomes[key] = future
-        return self.worker.submit(request(key, endpoint, urgent), future.set_result)
+        return self.worker.submit(dataclasses.replace(request(key, endpoint, urgent), bulk=bulk), future.set_result)
 
     async def outcome(self, key: str) -> Outcome:
         return await self.outcomes[key]
@@ -71,6 +74,34 @@ def test_urgent_requests_go_first_then_oldest_first_at_most_max_batch_each() -> 
             assert isinstance(await client.outcome(key), Hypothesis)
         await worker.stop()
         assert recognizer.batches == [["busy"], ["e1", "e2", "p"], ["a", "b", "c"], ["d", "e3"]]
+
+    run(recognizer, main)
+
+
+def test_bulk_requests_wait_for_every_live_one_and_run_alone() -> None:
+    """Uploaded files' windows come after live requests, even older ones, one per batch."""
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=4)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        for key, endpoint, bulk in [("u1", False, True), ("u2", False, True), ("a", False, False), ("e", True, False)]:
+            client.submit(key, endpoint, bulk)
+        recognizer.release()
+        for key in ("u1", "u2", "a", "e"):
+            assert isinstance(await client.outcome(key), Hypothesis)
+        assert recognizer.batches == [["busy"], ["e", "a"], ["u1"], ["u2"]]
+        recognizer.hold()  # a live request that arrives while a bulk window runs goes next
+        client.submit("u3", bulk=True)
+        client.submit("u4", bulk=True)
+        await asyncio.to_thread(recognizer.entered.wait)
+        client.submit("b")
+        recognizer.release()
+        for key in ("u3", "u4", "b"):
+            await client.outcome(key)
+        await worker.stop()
+        assert recognizer.batches[4:] == [["u3"], ["b"], ["u4"]]
 
     run(recognizer, main)
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import av
 import av.error
 import numpy as np
 
 from streamwhisper.audio.mel import SAMPLE_RATE
-from streamwhisper.errors import AudioFormatError
+from streamwhisper.errors import AudioFormatError, AudioTooLongError
 
-__all__ = ["iter_audio_chunks", "load_audio"]
+__all__ = ["iter_audio_chunks", "load_audio", "load_audio_stream"]
 
 _Decodable = str | os.PathLike[str]
 
@@ -69,15 +70,15 @@ def _make_resampler(sample_rate: int) -> av.AudioResampler:
     )
 
 
-def _decode(path: _Decodable, sample_rate: int) -> Iterator[np.ndarray]:
-    """Yield mono float32 blocks at ``sample_rate`` decoded from the first audio stream of ``path``.
+def _decode(path: _Decodable, sample_rate: int, stream_in: IO[bytes] | None = None) -> Iterator[np.ndarray]:
+    """Yield mono float32 blocks at ``sample_rate`` decoded from the first audio stream of ``path``
+    (or of the open binary file ``stream_in``, then ``path`` only names it in errors).
 
     Undecodable packets are skipped; if no samples at all could be decoded after an error, the
     error is raised. A resampler is rebuilt if the stream changes format mid-file.
     """
-    p = _check_path(path)
     try:
-        container = av.open(str(p), mode="r")
+        container = av.open(stream_in if stream_in is not None else str(_check_path(path)), mode="r")
     except (av.error.FFmpegError, OSError, ValueError, UnicodeDecodeError) as exc:
         raise _fail(path, _reason(exc)) from None
     try:
@@ -131,10 +132,26 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     into one growing buffer, so the signal is not held twice in memory.
     """
     sample_rate = _check_rate(sample_rate)
+    return _collect(_decode(path, sample_rate), sample_rate, path, None)
+
+
+def load_audio_stream(
+    stream_in: IO[bytes], name: str, sample_rate: int = SAMPLE_RATE, max_seconds: float | None = None
+) -> np.ndarray:
+    """:func:`load_audio` for an open binary file (an upload): ``name`` names it in errors, and
+    audio longer than ``max_seconds`` raises :class:`AudioFormatError` as soon as it is decoded."""
+    sample_rate = _check_rate(sample_rate)
+    return _collect(_decode(name, sample_rate, stream_in), sample_rate, name, max_seconds)
+
+
+def _collect(blocks: Iterator[np.ndarray], sample_rate: int, path: _Decodable, max_seconds: float | None) -> np.ndarray:
+    limit = None if max_seconds is None else round(max_seconds * sample_rate)
     buf = np.empty(sample_rate * 30, dtype=np.float32)
     n = 0
-    for block in _decode(path, sample_rate):
+    for block in blocks:
         end = n + block.size
+        if limit is not None and end > limit:
+            raise AudioTooLongError(f"audio file {os.fspath(path)!r} is longer than {max_seconds:g} s")
         if end > buf.size:
             buf.resize(max(end, buf.size * 3 // 2), refcheck=False)  # realloc, no second copy
         buf[n:end] = block

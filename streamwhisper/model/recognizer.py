@@ -37,7 +37,11 @@ class RecognitionRequest:
     the recogniser encodes on its own thread (:meth:`with_tokens`).
     ``start``/``end`` place the window on its stream's audio clock (seconds), ``endpoint``
     says that it finalises an utterance and ``urgent`` that it is the endpoint or may serve as
-    it (the hypothesis at a pause): what a scheduler needs, ignored by the recogniser.
+    it (the hypothesis at a pause): what a scheduler needs, ignored by the recogniser; so is
+    ``bulk``: a window of a whole-file transcription, served after every live request.
+    ``timestamps`` decodes with timestamp tokens (kept in the hypothesis' tokens: offline
+    segmentation) and Whisper's full token budget; ``temperatures`` replaces the recogniser's
+    fallback temperatures for this request.
     """
 
     mel: np.ndarray
@@ -54,6 +58,9 @@ class RecognitionRequest:
     prompt_text: str = ""
     prefix_text: str = ""
     max_prompt_tokens: int | None = None
+    timestamps: bool = False
+    bulk: bool = False
+    temperatures: tuple[float, ...] | None = None
 
     def with_tokens(self, encode: Callable[[str], Sequence[int]]) -> RecognitionRequest:
         """This request with its prompt and prefix as token ids alone, ``encode`` turning text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from ..whisper_input import FRAMES_PER_SECOND, N_FRAMES
 from .batch_decoding import decode_greedy_batch, window_cache, window_cross
 from .config import RecognizerConfig
 from .decoding import DecodeOptions, DecodingResult, decode, kept_prefix, with_temperature
+from .fallback import FallbackRule
 from .kv_cache import KVCache
 from .recognizer import Hypothesis, HypothesisWord, RecognitionRequest
 from .timing import clamp_long_words, find_alignment, merge_punctuations
@@ -65,12 +67,20 @@ class WhisperRecognizer:
         bases = [self._decode_options(r, beam) for r in requests]
         firsts: list[DecodingResult | None] = [None] * len(requests)
         # one window alone: the reference path (about 5 % faster than a batch of one)
-        if cfg.batch_decode and len(requests) > 1 and beam is None and cfg.fallback.temperatures[0] == 0:
-            firsts = list(decode_greedy_batch(model, self._tokenizer, windows, bases))
+        # (windows decoded with timestamp tokens take the reference path)
+        plain = [i for i, r in enumerate(requests) if not r.timestamps and r.temperatures is None]
+        if cfg.batch_decode and len(plain) > 1 and beam is None and cfg.fallback.temperatures[0] == 0:
+            some = [windows[i] for i in plain]
+            batched = decode_greedy_batch(model, self._tokenizer, some, [bases[i] for i in plain])
+            for i, decoded in zip(plain, batched, strict=True):
+                firsts[i] = decoded
         hypotheses = []
         for request, f, window, base, first in zip(requests, features, windows, bases, firsts, strict=True):
             cache = window_cache(model, window)
-            result = self._decode_with_fallback(base, f, cache, first, seed=partial(_seed, request))
+            rule = cfg.fallback
+            if request.temperatures is not None:
+                rule = dataclasses.replace(rule, temperatures=request.temperatures)
+            result = self._decode_with_fallback(base, f, cache, first, seed=partial(_seed, request), rule=rule)
             hypotheses.append(self._finish(request, cache, result, base.sample_len or self.model.dims.n_text_ctx // 2))
         return hypotheses
 
@@ -108,9 +118,11 @@ class WhisperRecognizer:
             beam_size=beam_size,
             prompt=tuple(request.prompt) or None,
             prefix=tuple(request.prefix) or None,
-            without_timestamps=True,
-            alignment_scores=request.word_timestamps,
-            sample_len=min(cfg.max_new_tokens, 8 + round(cfg.max_tokens_per_s * seconds)),
+            without_timestamps=not request.timestamps,
+            # (the scores of a decoding with timestamp tokens do not line up with its text tokens)
+            alignment_scores=request.word_timestamps and not request.timestamps,
+            # offline windows: Whisper's budget (n_text_ctx // 2), timestamp tokens included
+            sample_len=None if request.timestamps else min(cfg.max_new_tokens, 8 + round(cfg.max_tokens_per_s * seconds)),  # noqa: E501
         )
 
     def _decode_with_fallback(
@@ -120,6 +132,7 @@ class WhisperRecognizer:
         cache: KVCache,
         first: DecodingResult | None = None,
         seed: Callable[[], int] = lambda: 0,
+        rule: FallbackRule | None = None,
     ) -> DecodingResult:
         """Decode at the fallback rule's temperatures until a result needs no fallback.
 
@@ -136,7 +149,7 @@ class WhisperRecognizer:
             options = with_temperature(base, temperature)
             return decode(self.model, self._tokenizer, features, options, cache, self._generator)[0]
 
-        return self.config.fallback.decode(decode_at, first)
+        return (rule or self.config.fallback).decode(decode_at, first)
 
     def _finish(self, request: RecognitionRequest, cache: KVCache, result: DecodingResult, sample_len: int) -> Hypothesis:
         """The hypothesis of a decoded window, with word timings when asked for."""

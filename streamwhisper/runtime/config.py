@@ -41,6 +41,17 @@ class ServerConfig:
     web_page: bool = True
     # Seconds a graceful shutdown waits for the last finals before closing anyway.
     shutdown_timeout_s: float = 30.0
+    # A connection must have sent its request line and headers within this many seconds (and an
+    # idle keep-alive connection is closed after it): a client that sends nothing, or headers a
+    # byte at a time, is dropped.
+    handshake_timeout_s: float = 10.0
+    # OpenAI-compatible uploads (POST /v1/audio/transcriptions): the largest file in bytes (a
+    # larger one is refused with 413 as soon as it passes the limit) ...
+    max_upload_bytes: int = 26_214_400
+    # ... the longest decoded audio in seconds ...
+    max_upload_s: float = 3600.0
+    # ... and the uploads transcribed at once; one more is refused with 429.
+    max_uploads: int = 2
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -61,3 +72,9 @@ class ServerConfig:
             raise ConfigError("need 0 < server.degrade_lag_s < server.refuse_lag_s")
         if self.max_step_s < 1.0:
             raise ConfigError("server.max_step_s must be >= 1")
+        if self.handshake_timeout_s <= 0:
+            raise ConfigError("server.handshake_timeout_s must be > 0")
+        if self.max_upload_bytes < 1024 or self.max_upload_s <= 0:
+            raise ConfigError("server.max_upload_bytes must be >= 1024 and server.max_upload_s > 0")
+        if self.max_uploads < 0:
+            raise ConfigError("server.max_uploads must be >= 0 (0 turns uploads off)")

@@ -45,6 +45,9 @@ class Metrics:
         self.outbox_depth = Gauge("streamwhisper_outbox_messages", "Messages waiting for clients to read", registry=r)
         self.lag = Gauge("streamwhisper_mean_lag_seconds", "Mean transcript lag over open sessions", registry=r)
         self.errors = Counter("streamwhisper_errors", "Errors by kind", ["kind"], registry=r)
+        self.uploads = Counter(
+            "streamwhisper_uploads", "OpenAI-compatible file requests by outcome", ["outcome"], registry=r
+        )
         self._audio_total = 0.0
         self._inference_total = 0.0
 

@@ -1,7 +1,9 @@
-"""The daemon: a websockets server with admission control, health/metrics and graceful shutdown.
+"""The daemon: admission control, routing, health/metrics and graceful shutdown.
 
-One port serves everything: WebSocket streams (``/v1/stream``, native protocol; ``/v1/listen``,
-Deepgram-compatible; ``/``, vosk-server-compatible), ``GET /healthz``,
+One port (aiohttp, :mod:`.http`) serves everything: WebSocket streams (``/v1/stream``, native
+protocol; ``/v1/listen``, Deepgram-compatible; ``/``, vosk-server-compatible), OpenAI-compatible
+REST (``/v1/audio/transcriptions``, ``/v1/audio/translations``, ``/v1/models``:
+:mod:`.openai_rest`), ``GET /healthz``,
 ``GET /readyz`` (free capacity; 503 when full or overloaded), ``GET /metrics`` (Prometheus) and
 the browser captioning page at ``/``. Sessions that break the protocol, exceed a limit or are
 refused get an ``error`` message and a close code; the server keeps serving everyone else.
@@ -13,30 +15,27 @@ session's pending audio into finals, send them and ``closed``, close with 1001, 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import http
 import json
 import logging
 import secrets
 import signal
-import ssl
 from collections.abc import Callable
 from importlib.resources import files
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.datastructures import Headers
-from websockets.http11 import Request, Response
+from aiohttp import web
 
-from streamwhisper.errors import ConfigError, ProtocolError
+from streamwhisper.errors import ProtocolError
 from streamwhisper.model.recognizer import Recognizer
 from streamwhisper.streaming.config import StreamingConfig
 
 from . import wire
 from .config import ServerConfig
+from .connection import Connection
 from .dialects import Dialect, deepgram, native, vosk
+from .http import HttpFront, WebSocketConnection, check_token, text_response, websocket_response
 from .metrics import Metrics
+from .openai_rest import OpenAIRest
 from .session import ServerContext, Session
 from .worker import InferenceWorker
 
@@ -70,25 +69,6 @@ def warm_up(recognizer: Recognizer, n_mels: int = 80) -> None:
     recognizer.recognize([RecognitionRequest(mel=np.full((n_mels, 100), -0.5, dtype=np.float32))])
 
 
-def _response(status: int, body: bytes, content_type: str) -> Response:
-    headers = Headers()
-    headers["Content-Type"] = content_type
-    headers["Content-Length"] = str(len(body))
-    headers["Cache-Control"] = "no-store"
-    return Response(status, http.HTTPStatus(status).phrase, headers, body)
-
-
-def _ssl_context(cert: str, key: str) -> ssl.SSLContext | None:
-    if not cert:
-        return None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"cannot load TLS certificate {cert} / key {key}: {exc}") from None
-    return context
-
-
 class Daemon:
     """The streaming transcription server around one recogniser.
 
@@ -107,7 +87,8 @@ class Daemon:
         worker = InferenceWorker(
             recognizer,
             max_batch=server.max_batch,
-            max_pending=4 * server.max_sessions,
+            # one request per stream, and one per upload being transcribed
+            max_pending=4 * server.max_sessions + server.max_uploads,
             on_batch=self.metrics.observe_batch,
         )
         self.ctx = ServerContext(server, streaming, worker, self.metrics, model_name, asyncio.Event())
@@ -117,8 +98,10 @@ class Daemon:
             deepgram.LISTEN_PATH: deepgram.DeepgramDialect,  # Deepgram live streaming
             vosk.PATH: vosk.VoskDialect,  # vosk-server (WebSocket on /; plain GET / is the page)
         }
+        self.rest = OpenAIRest(self.ctx, recognizer)
         self._web = _web_files() if server.web_page else {}
-        self._server: Server | None = None
+        self._front = HttpFront(server, self._route)
+        self._started = False
         self._handlers: set[asyncio.Task[Any]] = set()
         self._closed = asyncio.Event()
 
@@ -128,8 +111,7 @@ class Daemon:
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "start() first"
-        return self._server.sockets[0].getsockname()[1]
+        return self._front.port
 
     @property
     def url(self) -> str:
@@ -137,28 +119,14 @@ class Daemon:
         return f"{scheme}://{self.server.host}:{self.port}"
 
     async def start(self) -> None:
-        cfg = self.server
         self.ctx.worker.start()
-        self._server = await serve(
-            self._handle,
-            cfg.host,
-            cfg.port,
-            process_request=self._process_request,
-            ssl=_ssl_context(cfg.tls_cert, cfg.tls_key),
-            # Our own check answers messages up to 4x the limit with an error and finals
-            # (1009); beyond that websockets closes the connection itself (also 1009).
-            max_size=4 * cfg.max_message_bytes,
-            max_queue=8,
-            write_limit=64 * 1024,
-            ping_interval=20,
-            ping_timeout=20,
-            server_header="streamwhisper",
-        )
+        await self._front.start()
+        self._started = True
         logger.info("serving %s on %s", self.ctx.model_name, self.url)
 
     async def serve_forever(self) -> None:
         """Start, then run until SIGINT/SIGTERM (or :meth:`shutdown`), then shut down gracefully."""
-        if self._server is None:
+        if not self._started:
             await self.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -176,16 +144,53 @@ class Daemon:
             return
         logger.info("shutting down: finalising %d session(s)", len(self.ctx.sessions))
         self.ctx.shutdown.set()
-        assert self._server is not None
-        self._server.close(close_connections=False)  # stop accepting; sessions close themselves
+        self._front.stop_accepting()  # sessions and uploads end themselves
         if self._handlers:
             await asyncio.wait(self._handlers, timeout=self.server.shutdown_timeout_s + 5)
-        self._server.close()
-        await self._server.wait_closed()
+        await self._front.close()
         await self.ctx.worker.stop()
         self._closed.set()
 
-    # -- HTTP --------------------------------------------------------------------------------------
+    # -- routing -----------------------------------------------------------------------------------
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            return await self._dispatch(request)
+        finally:
+            self._handlers.discard(task)
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if "websocket" in request.headers.get("Upgrade", "").lower():
+            factory = self._dialects.get(path)
+            if factory is None or request.method != "GET":
+                return text_response(404, "no WebSocket endpoint here (use /v1/stream)\n")
+            ws = websocket_response(self.server)
+            await ws.prepare(request)
+            await self._session(WebSocketConnection(request, ws), factory())
+            return ws
+        rest = self.rest.handler(request.method, path)
+        if rest is not None:
+            return await rest(request)
+        if request.method not in ("GET", "HEAD"):
+            return text_response(405, "method not allowed\n")
+        if path == "/healthz":
+            return text_response(200, "ok\n")
+        if path == "/readyz":
+            state = self._readiness()
+            return text_response(200 if state["ready"] else 503, json.dumps(state) + "\n", "application/json")
+        if path == "/metrics":
+            self.metrics.queue_depth.set(self.ctx.worker.pending)
+            self.metrics.lag.set(self.ctx.mean_lag())
+            self.metrics.outbox_depth.set(sum(len(s.outbox) for s in self.ctx.sessions))
+            return text_response(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+        if path in self._web:
+            body, kind = self._web[path]
+            return text_response(200, body, kind)
+        return text_response(404, "not found\n")
 
     def _readiness(self) -> dict[str, Any]:
         cfg = self.server
@@ -199,47 +204,14 @@ class Daemon:
             "free": max(cfg.max_sessions - sessions, 0) if ready else 0,
             "mean_lag_s": round(lag, 3),
             "queue": self.ctx.worker.pending,
+            "uploads": self.rest.active,
             "model": self.ctx.model_name,
         }
 
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        path = urlsplit(request.path).path
-        upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
-        if upgrade:
-            if path in self._dialects:
-                return None
-            return _response(404, b"no WebSocket endpoint here (use /v1/stream)\n", "text/plain")
-        if path == "/healthz":
-            return _response(200, b"ok\n", "text/plain")
-        if path == "/readyz":
-            state = self._readiness()
-            return _response(200 if state["ready"] else 503, json.dumps(state).encode() + b"\n", "application/json")
-        if path == "/metrics":
-            self.metrics.queue_depth.set(self.ctx.worker.pending)
-            self.metrics.lag.set(self.ctx.mean_lag())
-            self.metrics.outbox_depth.set(sum(len(s.outbox) for s in self.ctx.sessions))
-            return _response(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
-        if path in self._web:
-            body, kind = self._web[path]
-            return _response(200, body, kind)
-        return _response(404, b"not found\n", "text/plain")
+    # -- WebSocket sessions ------------------------------------------------------------------------
 
-    # -- WebSocket ---------------------------------------------------------------------------------
-
-    async def _handle(self, ws: ServerConnection) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        try:
-            await self._session(ws)
-        finally:
-            self._handlers.discard(task)
-
-    async def _session(self, ws: ServerConnection) -> None:
-        assert ws.request is not None
-        url = urlsplit(ws.request.path)
-        dialect = self._dialects[url.path]()
-        query = dict(parse_qsl(url.query, keep_blank_values=True))
+    async def _session(self, ws: Connection, dialect: Dialect) -> None:
+        query = dict(ws.query)
         refusal = self._admit(ws, query)
         if refusal is not None:
             self.metrics.refused.labels(refusal.kind).inc()
@@ -265,18 +237,11 @@ class Daemon:
             self.ctx.sessions.discard(session)
             self.metrics.sessions.set(len(self.ctx.sessions))
 
-    def _admit(self, ws: ServerConnection, query: dict[str, str]) -> ProtocolError | None:
+    def _admit(self, ws: Connection, query: dict[str, str]) -> ProtocolError | None:
         cfg = self.server
-        assert ws.request is not None
-        headers = ws.request.headers
-        if cfg.auth_token:
-            given = query.get("token", "")
-            auth = headers.get("Authorization", "")
-            if auth.lower().startswith(("bearer ", "token ")):
-                given = auth.split(None, 1)[1].strip()
-            if not hmac.compare_digest(given.encode(), cfg.auth_token.encode()):
-                return ProtocolError("missing or wrong token", wire.CLOSE_POLICY, "unauthorized")
-        origin = headers.get("Origin")
+        if not check_token(cfg, ws.headers, query):
+            return ProtocolError("missing or wrong token", wire.CLOSE_POLICY, "unauthorized")
+        origin = ws.headers.get("Origin")
         if cfg.allowed_origins and origin is not None and origin not in cfg.allowed_origins:
             return ProtocolError(f"origin {origin!r} is not allowed", wire.CLOSE_POLICY, "origin_not_allowed")
         if self.ctx.shutdown.is_set():
@@ -295,11 +260,11 @@ class Daemon:
         return None
 
     @staticmethod
-    async def _reject(ws: ServerConnection, dialect: Dialect, error: ProtocolError) -> None:
+    async def _reject(ws: Connection, dialect: Dialect, error: ProtocolError) -> None:
         text = dialect.error(error.kind, str(error))
         try:
             if text is not None:
                 await ws.send(text)
-            await ws.close(error.code, error.kind)
         except Exception:  # the client is gone already
             pass
+        await ws.close(error.code, error.kind)

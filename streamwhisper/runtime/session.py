@@ -19,9 +19,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import ConnectionClosed
-
 from streamwhisper.audio.convert import StreamResampler, pcm_to_float32
 from streamwhisper.audio.mel import SAMPLE_RATE
 from streamwhisper.errors import AudioFormatError, ProtocolError, StreamWhisperError
@@ -32,6 +29,7 @@ from streamwhisper.streaming.streamer import Streamer
 
 from . import wire
 from .config import ServerConfig
+from .connection import Connection, ConnectionClosed
 from .dialects import Dialect, SessionInfo
 from .metrics import Metrics
 from .outbox import Outbox
@@ -69,7 +67,7 @@ class _Ended(Exception):
 class Session:
     def __init__(
         self,
-        ws: ServerConnection,
+        ws: Connection,
         ctx: ServerContext,
         session_id: str,
         settings: wire.SessionSettings,
@@ -174,7 +172,7 @@ class Session:
         while True:
             try:
                 async with asyncio.timeout(idle):
-                    message = await self.ws.recv()
+                    message = await self.ws.receive()
             except TimeoutError:
                 raise _Ended(
                     "idle_timeout",

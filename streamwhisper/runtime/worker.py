@@ -2,11 +2,15 @@
 
 The scheduler of every :class:`~streamwhisper.runtime.pump.Pump` in the process. Pumps submit
 :class:`RecognitionRequest` objects from the event loop with a ``done`` callback. The worker thread
-takes every waiting request (endpoint requests first, then oldest first, at most ``max_batch``),
+takes every waiting request (urgent ones first: endpoints and pauses; then oldest first; at most ``max_batch``),
 runs them through the recogniser as one batch (one encoder call, decoder steps batched across the
 requests) and calls each ``done`` on the submitting loop with ``call_soon_threadsafe``. A pump has
 at most one request outstanding, so no stream waits for more than one batch ahead of it and the
 queue never holds more than one request per stream (``max_pending`` bounds it anyway).
+
+Bulk requests (the windows of uploaded files, ``RecognitionRequest.bulk``) come after every live
+request and run alone, one per batch: a live request waits at most for the one bulk window under
+way, and a burst of uploads cannot push live streams back in the queue.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ TRIM_EVERY_S = 30.0
 
 @dataclass(order=True)
 class _Job:
-    rank: tuple[int, int]  # (0 for urgent requests, 1 otherwise; arrival number)
+    rank: tuple[int, int]  # (0 for urgent requests, 1 for other live ones, 2 bulk; arrival number)
     request: RecognitionRequest = field(compare=False)
     done: Done = field(compare=False)
     loop: asyncio.AbstractEventLoop = field(compare=False)
@@ -107,7 +111,8 @@ class InferenceWorker:
             if len(self._queue) >= self._max_pending:
                 raise SchedulerFull(f"{len(self._queue)} requests waiting")
             self._counter += 1
-            job = _Job((0 if request.urgent else 1, self._counter), request, done, loop, time.monotonic())
+            kind = 2 if request.bulk else 0 if request.urgent else 1
+            job = _Job((kind, self._counter), request, done, loop, time.monotonic())
             self._queue.append(job)
             self._cond.notify()
         return job
@@ -132,7 +137,9 @@ class InferenceWorker:
             if self._stopping:
                 return None
             self._queue.sort()
-            batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+            live = sum(1 for job in self._queue if not job.request.bulk)
+            size = min(live, self._max_batch) if live else 1  # bulk windows run alone
+            batch, self._queue = self._queue[:size], self._queue[size:]
             return batch
 
     def _run(self) -> None:
