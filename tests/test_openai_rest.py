@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pytest
 from live_server import LiveServer
-from scoring import assert_delivered
 
 from benchmarks.scoring import word_error_rate
 from streamwhisper.audio.convert import float32_to_pcm_s16le
@@ -215,7 +214,7 @@ def test_malformed_requests_get_openai_errors_while_a_live_session_goes_on(  # t
     streaming.join(timeout=120)
     messages = live["messages"]
     assert isinstance(messages[-1], Closed)
-    assert_delivered(JFK, " ".join(m.text for m in messages if isinstance(m, Final)))
+    assert _wer(" ".join(m.text for m in messages if isinstance(m, Final))) <= 0.2
     with jfk_path.open("rb") as f:  # and the endpoint still answers
         assert _wer(client.audio.transcriptions.create(model="whisper-1", file=f).text) <= 0.05
 
