@@ -19,14 +19,7 @@ from streamwhisper.outputs import (
     to_vtt,
     write_result,
 )
-
-
-@dataclass(frozen=True)
-class Word:
-    word: str
-    start: float
-    end: float
-    probability: float
+from streamwhisper.window_loop import Word
 
 
 @dataclass(frozen=True)

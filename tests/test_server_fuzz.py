@@ -135,6 +135,21 @@ def fuzz_server(serving_model):  # type: ignore[no-untyped-def]
         yield server
 
 
+def stream_real_speech(url: str, speech: np.ndarray, out: dict[str, object]) -> None:
+    """A well-behaved client at real time (beside a fuzz run): its messages and close code in ``out``."""
+    messages: list[dict] = []
+    with connect(url, close_timeout=10) as ws:
+        reader = threading.Thread(target=lambda: messages.extend(json.loads(m) for m in ws))
+        reader.start()
+        began = time.monotonic()
+        for i in range(0, len(speech), 1600):
+            ws.send(float32_to_pcm_s16le(speech[i : i + 1600]))
+            time.sleep(max(0.0, began + (i + 1600) / 16000 - time.monotonic()))
+        ws.send('{"type": "eof"}')
+        reader.join(timeout=60)
+    out["messages"], out["code"] = messages, ws.close_code
+
+
 def test_a_thousand_malformed_inputs_leave_the_server_and_others_unharmed(fuzz_server, clips) -> None:
     server = fuzz_server
     clips = [clips[n] for n in ("en_jfk", "en_lj_LJ001-0016", "en_ps_librivox_sense_0890")]
@@ -142,21 +157,7 @@ def test_a_thousand_malformed_inputs_leave_the_server_and_others_unharmed(fuzz_s
     gap = np.zeros(16000, dtype=np.float32)
     speech = np.concatenate([part for c in clips for part in (load_audio(c.wav), gap)])
     healthy: dict[str, object] = {}
-
-    def stream_real_speech() -> None:  # a well-behaved client, at real time, during the fuzz
-        messages = []
-        with connect(server.url + "/v1/stream", close_timeout=10) as ws:
-            reader = threading.Thread(target=lambda: messages.extend(json.loads(m) for m in ws))
-            reader.start()
-            began = time.monotonic()
-            for i in range(0, len(speech), 1600):
-                ws.send(float32_to_pcm_s16le(speech[i : i + 1600]))
-                time.sleep(max(0.0, began + (i + 1600) / 16000 - time.monotonic()))
-            ws.send('{"type": "eof"}')
-            reader.join(timeout=60)
-        healthy["messages"], healthy["code"] = messages, ws.close_code
-
-    good = threading.Thread(target=stream_real_speech)
+    good = threading.Thread(target=stream_real_speech, args=(server.url + "/v1/stream", speech, healthy))
     good.start()
     count = 0
 
@@ -274,21 +275,8 @@ def test_malformed_uploads_get_openai_errors_and_live_streams_keep_their_transcr
     speech = np.concatenate([part for c in spoken for part in (load_audio(c.wav), gap)])
     healthy: dict[str, object] = {}
     with LiveServer(serving_model, max_upload_bytes=REST_LIMIT, max_uploads=4, auth_token="t") as server:
-
-        def stream_real_speech() -> None:
-            messages = []
-            with connect(server.url + "/v1/stream?token=t", close_timeout=10) as ws:
-                reader = threading.Thread(target=lambda: messages.extend(json.loads(m) for m in ws))
-                reader.start()
-                began = time.monotonic()
-                for i in range(0, len(speech), 1600):
-                    ws.send(float32_to_pcm_s16le(speech[i : i + 1600]))
-                    time.sleep(max(0.0, began + (i + 1600) / 16000 - time.monotonic()))
-                ws.send('{"type": "eof"}')
-                reader.join(timeout=60)
-            healthy["messages"], healthy["code"] = messages, ws.close_code
-
-        good = threading.Thread(target=stream_real_speech)
+        url = server.url + "/v1/stream?token=t"
+        good = threading.Thread(target=stream_real_speech, args=(url, speech, healthy))
         good.start()
 
         @settings(
