@@ -578,3 +578,22 @@ def test_finalize_in_a_pause_uses_the_pause_hypothesis_at_once() -> None:
     events += streamer.flush()
     serve()
     check_stream(events, spoken)
+
+
+class DroppedAtPauses(ToneRecognizer):
+    """Hears the tones, except that the hypothesis of a pause (urgent, not the endpoint) is one
+    the policy drops (log-probability below its floor)."""
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+        out = super().recognize(requests)
+        return [replace(h, avg_logprob=-3.0) if r.urgent and not r.endpoint else h for h, r in zip(out, requests, strict=True)]
+
+
+def test_a_pause_hypothesis_without_words_leaves_the_endpoint_its_own_request() -> None:
+    words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(4)]  # 0.5 .. 2.0 s
+    audio, spoken = tone_words(4.0, words)
+    recognizer = DroppedAtPauses()
+    streamer = Streamer(vad=EnergyVad())
+    events = feed_all(streamer, recognizer, audio, [480])
+    check_stream(events, spoken)  # every word final, from the endpoint's own request
+    assert [r.endpoint for r in recognizer.requests if r.urgent] == [False, True]

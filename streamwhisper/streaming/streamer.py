@@ -265,7 +265,8 @@ class Streamer:
         heard = bool(self._policy.pending) or any(isinstance(e, Final) and e.words for e in events)
         self._wordless = 0 if heard else self._wordless + 1
         if not inflight.endpoint:
-            self._heard_to = inflight.end
+            if heard:  # a hypothesis without a usable word leaves the endpoint its own request
+                self._heard_to = inflight.end
             events.extend(self._after_commit(end))
         events.extend(self._settle())
         return events
