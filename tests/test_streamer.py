@@ -586,7 +586,8 @@ class DroppedAtPauses(ToneRecognizer):
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         out = super().recognize(requests)
-        return [replace(h, avg_logprob=-3.0) if r.urgent and not r.endpoint else h for h, r in zip(out, requests, strict=True)]
+        paused = [r.urgent and not r.endpoint for r in requests]
+        return [replace(h, avg_logprob=-3.0) if p else h for h, p in zip(out, paused, strict=True)]
 
 
 def test_a_pause_hypothesis_without_words_leaves_the_endpoint_its_own_request() -> None:
