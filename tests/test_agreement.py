@@ -431,7 +431,8 @@ def test_golden_non_speech_is_dropped() -> None:
                 "words": [(" Thank", 0.4, 0.9), (" you.", 0.9, 1.2)],
                 "hyp": {"no_speech_prob": 0.8, "avg_logprob": -1.1},
             },
-            {"words": [(" Subtitles", 0.4, 1.5)], "hyp": {"avg_logprob": -1.7}},
+            {"words": [(" Subtitles", 0.4, 1.5)], "hyp": {"avg_logprob": -1.7}},  # the pause's
+            {"words": [(" Subtitles", 0.4, 1.5)], "hyp": {"avg_logprob": -1.7}},  # the endpoint's
         ],
         config=DEFAULTS_1S,
     )
