@@ -309,6 +309,14 @@ class Session:
             with contextlib.suppress(StreamWhisperError):
                 self._feed(self._resampler.flush())
         pump.flush()
+        if not pump.finished and not self.ctx.shutdown.is_set():
+            # the client ended its stream: it gets every word it sent, however busy the worker
+            # is; a shutdown meanwhile puts the deadline below on what is left
+            finished = asyncio.create_task(self._finished.wait())
+            shutdown = asyncio.create_task(self.ctx.shutdown.wait())
+            await asyncio.wait({finished, shutdown}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (finished, shutdown):
+                task.cancel()
         if not pump.finished:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.ctx.server.shutdown_timeout_s):
