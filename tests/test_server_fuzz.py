@@ -317,6 +317,6 @@ def test_malformed_uploads_get_openai_errors_and_live_streams_keep_their_transcr
         assert isinstance(messages, list) and messages[-1]["type"] == "closed"
         text = " ".join(m["text"] for m in messages if m["type"] == "final")
         assert word_error_rate([reference], [text]) <= 0.2, text
-        assert server.inspect(lambda d: d.rest.active) == 0
+        assert server.inspect(lambda d: d.uploads.active) == 0
         with urllib.request.urlopen(server.http + "/readyz", timeout=10) as r:  # still serving
             assert json.loads(r.read())["ready"]

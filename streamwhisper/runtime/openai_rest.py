@@ -7,14 +7,14 @@ Requests are OpenAI's multipart forms (``file``, ``model``, ``language``, ``prom
 Server-Sent Events (``transcript.text.delta`` per decoded window, append-only, then
 ``transcript.text.done``). Errors are OpenAI's ``{"error": {...}}`` with a 4xx/5xx status.
 
-Admission is the streams': the token, the shutdown, and capacity: at most ``max_uploads`` files
-at once (one more gets 429), none while the live sessions lag past ``refuse_lag_s`` (429). The
-windows run on the shared worker after every live request (:mod:`.offline`).
+Admission is the daemon's :class:`~.uploads.UploadGate`, shared with Deepgram's pre-recorded
+endpoint: the token, the shutdown, at most ``max_uploads`` files at once (one more gets 429),
+none while the live sessions lag past ``refuse_lag_s`` (429). The windows run on the shared
+worker after every live request (:mod:`.offline`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -24,16 +24,14 @@ from typing import Any
 
 from aiohttp import web
 
-from streamwhisper.audio.files import load_audio_stream
-from streamwhisper.errors import AudioFormatError, AudioTooLongError, ConfigError
+from streamwhisper.errors import ConfigError
 from streamwhisper.model.tokenizer import LANGUAGES
 from streamwhisper.outputs import to_srt, to_vtt
 from streamwhisper.window_loop import Segment
 
-from .http import check_token
 from .offline import FileRequest, FileTranscription, ModelInfo, Unavailable
 from .session import ServerContext
-from .uploads import ApiError, Upload, read_upload
+from .uploads import ApiError, Upload, UploadGate, decode_upload, read_upload, run_upload
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +48,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class OpenAIRest:
     """The endpoints, sharing the daemon's context (settings, worker, metrics, shutdown)."""
 
-    def __init__(self, ctx: ServerContext, recognizer: Any) -> None:
-        self.ctx = ctx
-        self.model = ModelInfo.of(recognizer)
-        self.active = 0  # uploads being read or transcribed
+    def __init__(self, ctx: ServerContext, model: ModelInfo, gate: UploadGate) -> None:
+        self.ctx, self.model, self.gate = ctx, model, gate
 
     def handler(self, method: str, path: str) -> Handler | None:
         """The handler of a request to ``path``, or None when the path is not one of ours."""
@@ -65,7 +61,7 @@ class OpenAIRest:
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         try:
-            self._authorize(request)
+            self.gate.authorize(request.headers, request.query)
         except ApiError as exc:
             return exc.response()
         entry = {"id": self.ctx.model_name, "object": "model", "created": 0, "owned_by": "streamwhisper"}
@@ -79,14 +75,10 @@ class OpenAIRest:
     async def transcribe(self, request: web.Request) -> web.StreamResponse:
         metrics = self.ctx.metrics
         upload: Upload | None = None
-        admitted = False
         try:
-            self._authorize(request)
-            self._admit()
-            self.active += 1
-            admitted = True
-            upload = await read_upload(request, self.ctx.server)
-            response = await self._answer(request, upload)
+            with self.gate.admit(request):
+                upload = await read_upload(request, self.ctx.server)
+                response = await self._answer(request, upload)
             metrics.uploads.labels("ok").inc()
             return response
         except ApiError as exc:
@@ -95,32 +87,6 @@ class OpenAIRest:
         finally:
             if upload is not None:
                 upload.close()
-            if admitted:
-                self.active -= 1
-
-    def _authorize(self, request: web.Request) -> None:
-        if not check_token(self.ctx.server, request.headers, request.query):
-            raise ApiError(401, "missing or wrong API key", "invalid_api_key")
-
-    def _admit(self) -> None:
-        server = self.ctx.server
-        if self.ctx.shutdown.is_set():
-            raise ApiError(503, "the server is shutting down", "shutting_down", kind="server_error")
-        if self.active >= server.max_uploads:
-            raise ApiError(
-                429,
-                f"all {server.max_uploads} upload slots are in use; try again later",
-                "rate_limit_exceeded",
-                kind="rate_limit_error",
-            )
-        lag = self.ctx.mean_lag()
-        if lag > server.refuse_lag_s:
-            raise ApiError(
-                429,
-                f"the server is overloaded (live transcripts lag {lag:.1f} s); try again later",
-                "overloaded",
-                kind="rate_limit_error",
-            )
 
     async def _answer(self, request: web.Request, upload: Upload) -> web.StreamResponse:
         translate = request.path == TRANSLATIONS
@@ -158,34 +124,15 @@ class OpenAIRest:
         )
         if upload.file is None:
             raise ApiError(400, "the form has no file part", "missing_required_parameter", "file")
-        try:
-            audio = await asyncio.to_thread(
-                load_audio_stream, upload.file, upload.filename, max_seconds=self.ctx.server.max_upload_s
-            )
-        except AudioTooLongError as exc:
-            raise ApiError(413, str(exc), "audio_too_long", "file") from None
-        except AudioFormatError as exc:
-            raise ApiError(400, f"the file is not audio we can decode: {exc}", "invalid_file_format", "file") from None
-        upload.close()  # the samples are all that is needed now
+        audio = await decode_upload(upload, self.ctx.server)
         try:
             job = FileTranscription(self.ctx.worker, self.model, audio, file_request, secrets.token_hex(6))
         except ConfigError as exc:
             raise ApiError(400, str(exc), "invalid_value", "language") from None
         if (upload.get("stream") or "").lower() == "true":
             return await self._stream(request, job)
-        await self._run(request, job)
+        await run_upload(request, job, self.ctx.shutdown)
         return _render(job, fmt, granularities)
-
-    async def _run(self, request: web.Request, job: FileTranscription) -> None:
-        try:
-            async with contextlib.aclosing(job.run()) as windows:
-                async for _ in windows:
-                    if self.ctx.shutdown.is_set():
-                        raise ApiError(503, "the server is shutting down", "shutting_down", kind="server_error")
-                    if request.transport is None or request.transport.is_closing():
-                        raise ApiError(499, "the client went away", "client_gone")
-        except Unavailable as exc:
-            raise ApiError(503, f"transcription failed: {exc}", "unavailable", kind="server_error") from None
 
     async def _stream(self, request: web.Request, job: FileTranscription) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})

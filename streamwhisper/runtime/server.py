@@ -3,7 +3,8 @@
 One port (aiohttp, :mod:`.http`) serves everything: WebSocket streams (``/v1/stream``, native
 protocol; ``/v1/listen``, Deepgram-compatible; ``/``, vosk-server-compatible), OpenAI-compatible
 REST (``/v1/audio/transcriptions``, ``/v1/audio/translations``, ``/v1/models``:
-:mod:`.openai_rest`), ``GET /healthz``,
+:mod:`.openai_rest`), Deepgram's pre-recorded ``POST /v1/listen`` (:mod:`.deepgram_prerecorded`),
+``GET /healthz``,
 ``GET /readyz`` (free capacity; 503 when full or overloaded), ``GET /metrics`` (Prometheus) and
 the browser captioning page at ``/``. Sessions that break the protocol, exceed a limit or are
 refused get an ``error`` message and a close code; the server keeps serving everyone else.
@@ -29,14 +30,17 @@ from streamwhisper.errors import ProtocolError
 from streamwhisper.model.recognizer import Recognizer
 from streamwhisper.streaming.config import StreamingConfig
 
-from . import wire
+from . import deepgram_prerecorded, wire
 from .config import ServerConfig
 from .connection import Connection
+from .deepgram_prerecorded import DeepgramPrerecorded
 from .dialects import Dialect, deepgram, native, vosk
 from .http import HttpFront, WebSocketConnection, check_token, text_response, websocket_response
 from .metrics import Metrics
+from .offline import ModelInfo
 from .openai_rest import OpenAIRest
 from .session import ServerContext, Session
+from .uploads import UploadGate
 from .worker import InferenceWorker
 
 logger = logging.getLogger(__name__)
@@ -98,7 +102,10 @@ class Daemon:
             deepgram.LISTEN_PATH: deepgram.DeepgramDialect,  # Deepgram live streaming
             vosk.PATH: vosk.VoskDialect,  # vosk-server (WebSocket on /; plain GET / is the page)
         }
-        self.rest = OpenAIRest(self.ctx, recognizer)
+        model = ModelInfo.of(recognizer)
+        self.uploads = UploadGate(server, self.ctx.shutdown, self.ctx.mean_lag)
+        self.rest = OpenAIRest(self.ctx, model, self.uploads)
+        self.prerecorded = DeepgramPrerecorded(self.ctx, model, self.uploads)
         self._web = _web_files() if server.web_page else {}
         self._front = HttpFront(server, self._route)
         self._started = False
@@ -175,6 +182,8 @@ class Daemon:
         rest = self.rest.handler(request.method, path)
         if rest is not None:
             return await rest(request)
+        if path == deepgram_prerecorded.PATH and request.method == "POST":
+            return await self.prerecorded.transcribe(request)
         if request.method not in ("GET", "HEAD"):
             return text_response(405, "method not allowed\n")
         if path == "/healthz":
@@ -204,7 +213,7 @@ class Daemon:
             "free": max(cfg.max_sessions - sessions, 0) if ready else 0,
             "mean_lag_s": round(lag, 3),
             "queue": self.ctx.worker.pending,
-            "uploads": self.rest.active,
+            "uploads": self.uploads.active,
             "model": self.ctx.model_name,
         }
 

@@ -1,22 +1,33 @@
-"""Reading a ``multipart/form-data`` upload into a bounded spool, with OpenAI-shaped errors.
+"""Uploads to the REST endpoints: who may upload (:class:`UploadGate`), and reading the body
+into a bounded spool, with errors as :class:`ApiError`.
 
-The file part is copied as it arrives into a :class:`tempfile.SpooledTemporaryFile` that keeps
-up to ``SPOOL_MEMORY`` bytes in memory and moves to a temporary file beyond; the moment the
-upload passes ``max_upload_bytes`` reading stops with 413. The other fields are small texts,
-each bounded. A body that stops arriving for ``idle_timeout_s`` ends the request with 408.
+A ``multipart/form-data`` form's file part (OpenAI) or a whole raw body (Deepgram's pre-recorded
+``POST /v1/listen``) is copied as it arrives into a :class:`tempfile.SpooledTemporaryFile` that
+keeps up to ``SPOOL_MEMORY`` bytes in memory and moves to a temporary file beyond; the moment the
+upload passes ``max_upload_bytes`` reading stops with 413. A form's other fields are small
+texts, each bounded. A body that stops arriving for ``idle_timeout_s`` ends the request with 408.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
 import tempfile
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import numpy as np
 from aiohttp import BodyPartReader, web
 
+from streamwhisper.audio.files import load_audio_stream
+from streamwhisper.errors import AudioFormatError, AudioTooLongError
+
 from .config import ServerConfig
+from .http import check_token
+from .offline import FileTranscription, Unavailable
 
 SPOOL_MEMORY = 1 << 20  # upload bytes kept in memory before the spool moves to a temporary file
 MAX_FIELD = 64 * 1024  # bytes of one text field (a prompt is at most a few hundred tokens)
@@ -58,6 +69,7 @@ class Upload:
     file: IO[bytes] | None = None
     filename: str = "upload"
     size: int = 0
+    sha256: str = ""  # of the file's bytes
 
     def get(self, name: str, default: str | None = None) -> str | None:
         values = self.fields.get(name)
@@ -66,6 +78,68 @@ class Upload:
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
+
+
+class UploadGate:
+    """Admission for uploads, shared by every REST endpoint: the token, the shutdown, and
+    capacity: at most ``max_uploads`` files at once, none while the live sessions lag past
+    ``refuse_lag_s``. ``with gate.admit(request):`` holds a slot for the block."""
+
+    def __init__(self, server: ServerConfig, shutdown: asyncio.Event, lag: Callable[[], float]) -> None:
+        self.server, self.shutdown, self.lag = server, shutdown, lag
+        self.active = 0  # uploads being read or transcribed
+
+    def authorize(self, headers: Mapping[str, str], query: Mapping[str, str]) -> None:
+        if not check_token(self.server, headers, query):
+            raise ApiError(401, "missing or wrong API key", "invalid_api_key")
+
+    @contextlib.contextmanager
+    def admit(self, request: web.Request) -> Iterator[None]:
+        """Authorise ``request`` and hold an upload slot (ApiError 401, 429 or 503)."""
+        self.authorize(request.headers, request.query)
+        server = self.server
+        if self.shutdown.is_set():
+            raise ApiError(503, "the server is shutting down", "shutting_down", kind="server_error")
+        if self.active >= server.max_uploads:
+            raise ApiError(
+                429,
+                f"all {server.max_uploads} upload slots are in use; try again later",
+                "rate_limit_exceeded",
+                kind="rate_limit_error",
+            )
+        lag = self.lag()
+        if lag > server.refuse_lag_s:
+            raise ApiError(
+                429,
+                f"the server is overloaded (live transcripts lag {lag:.1f} s); try again later",
+                "overloaded",
+                kind="rate_limit_error",
+            )
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+async def read_body(request: web.Request, server: ServerConfig) -> Upload:
+    """The whole body of ``request`` as the upload's file (400, 408, 413 as :func:`read_upload`)."""
+    length = request.content_length
+    if length is not None and length > server.max_upload_bytes:
+        raise _too_large(server.max_upload_bytes)
+    upload = Upload()
+    try:
+        await _spool_stream(request.content.read, upload, server)
+    except ApiError:
+        upload.close()
+        raise
+    except Exception as exc:  # aiohttp's payload errors: a truncated or broken body
+        upload.close()
+        raise ApiError(400, f"unreadable request body: {type(exc).__name__}", "invalid_body") from None
+    if upload.size == 0:
+        upload.close()
+        raise ApiError(400, "the request body is empty: send the audio as the body", "empty_body")
+    return upload
 
 
 async def read_upload(request: web.Request, server: ServerConfig) -> Upload:
@@ -111,15 +185,23 @@ async def read_upload(request: web.Request, server: ServerConfig) -> Upload:
 async def _spool(part: BodyPartReader, upload: Upload, server: ServerConfig) -> None:
     if upload.file is not None:
         raise ApiError(400, "more than one file part", "invalid_multipart", "file")
+    upload.filename = part.filename or "upload"
+    await _spool_stream(part.read_chunk, upload, server)
+
+
+async def _spool_stream(read: Callable[[int], Awaitable[bytes]], upload: Upload, server: ServerConfig) -> None:
+    """Copy chunks from ``read`` into the upload's spool until it returns nothing."""
     # closed by Upload.close(), whoever ends the request
     upload.file = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)  # noqa: SIM115
-    upload.filename = part.filename or "upload"
-    while chunk := await _timed(part.read_chunk(CHUNK), server):
+    digest = hashlib.sha256()
+    while chunk := await _timed(read(CHUNK), server):
         upload.size += len(chunk)
         if upload.size > server.max_upload_bytes:
             raise _too_large(server.max_upload_bytes)
         upload.file.write(chunk)
+        digest.update(chunk)
     upload.file.seek(0)
+    upload.sha256 = digest.hexdigest()
 
 
 async def _field(part: BodyPartReader, name: str, server: ServerConfig) -> str:
@@ -145,3 +227,31 @@ async def _timed(awaitable: Any, server: ServerConfig) -> Any:
 
 def _too_large(limit: int) -> ApiError:
     return ApiError(413, f"the upload is over this server's limit of {limit} bytes", "file_too_large", "file")
+
+
+async def decode_upload(upload: Upload, server: ServerConfig) -> np.ndarray:
+    """The upload's audio as 16 kHz mono samples (PyAV, off the event loop); closes the spool.
+    ApiError 413 past ``max_upload_s``, 400 for what is not audio."""
+    assert upload.file is not None
+    try:
+        return await asyncio.to_thread(load_audio_stream, upload.file, upload.filename, max_seconds=server.max_upload_s)
+    except AudioTooLongError as exc:
+        raise ApiError(413, str(exc), "audio_too_long", "file") from None
+    except AudioFormatError as exc:
+        raise ApiError(400, f"the file is not audio we can decode: {exc}", "invalid_file_format", "file") from None
+    finally:
+        upload.close()  # the samples are all that is needed now
+
+
+async def run_upload(request: web.Request, job: FileTranscription, shutdown: asyncio.Event) -> None:
+    """Transcribe every window of ``job``; ApiError 503 on shutdown or failure, 499 when the
+    client went away."""
+    try:
+        async with contextlib.aclosing(job.run()) as windows:
+            async for _ in windows:
+                if shutdown.is_set():
+                    raise ApiError(503, "the server is shutting down", "shutting_down", kind="server_error")
+                if request.transport is None or request.transport.is_closing():
+                    raise ApiError(499, "the client went away", "client_gone")
+    except Unavailable as exc:
+        raise ApiError(503, f"transcription failed: {exc}", "unavailable", kind="server_error") from None

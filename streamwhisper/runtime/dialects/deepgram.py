@@ -172,6 +172,47 @@ def _t(seconds: float) -> float:
     return round(seconds, 3)
 
 
+def created_now() -> str:
+    """The time now as Deepgram writes ``created`` (ISO 8601, milliseconds, Z)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def model_info(model: str) -> dict[str, str]:
+    return {"name": model, "version": __version__, "arch": "whisper"}
+
+
+def model_uuid(model: str) -> str:
+    """A stable id of the served model and version (Deepgram names models by UUID)."""
+    return str(uuid.uuid5(_MODEL_NAMESPACE, f"{model}/{__version__}"))
+
+
+def metadata(request_id: str, created: str, sha256: str, duration: float, model: str) -> dict[str, Any]:
+    """Deepgram's ``metadata`` of a request (the live ``Metadata`` message adds its type)."""
+    uid = model_uuid(model)
+    return {
+        "transaction_key": "deprecated",
+        "request_id": request_id,
+        "sha256": sha256,
+        "created": created,
+        "duration": _t(duration),
+        "channels": 1,
+        "models": [uid],
+        "model_info": {uid: model_info(model)},
+    }
+
+
+def word_json(word: Word, punctuate: bool) -> dict[str, Any] | None:
+    """One word as Deepgram writes it, or None for a word that is only punctuation."""
+    bare = bare_word(word.word)
+    if not bare:
+        return None
+    item: dict[str, Any] = {"word": bare, "start": _t(word.start), "end": _t(word.end)}
+    item["confidence"] = round(word.probability, 3)
+    if punctuate:
+        item["punctuated_word"] = word.word.strip()
+    return item
+
+
 class DeepgramDialect:
     """Deepgram's live streaming protocol for one session (``session`` is a SessionInfo)."""
 
@@ -181,8 +222,8 @@ class DeepgramDialect:
         self.options = DeepgramOptions()
         self._info: Any = None  # the session's SessionInfo (read for the audio clock)
         self._request_id = str(uuid.uuid4())
-        self._created = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        self._model: dict[str, str] = {"name": "", "version": __version__, "arch": "whisper"}
+        self._created = created_now()
+        self._model = model_info("")
         self._model_uuid = ""
         self._cursor = 0.0  # end of the audio covered by final results
         self._speaking = False
@@ -217,8 +258,8 @@ class DeepgramDialect:
         self._info = session
         with contextlib.suppress(ValueError):  # our ids are hex: the request id names the session
             self._request_id = str(uuid.UUID(session.id.rjust(32, "0")))
-        self._model["name"] = session.model
-        self._model_uuid = str(uuid.uuid5(_MODEL_NAMESPACE, f"{session.model}/{__version__}"))
+        self._model = model_info(session.model)
+        self._model_uuid = model_uuid(session.model)
         return None
 
     def event(self, event: Event, session: Any) -> str | None:
@@ -250,38 +291,14 @@ class DeepgramDialect:
         return None  # Deepgram has no such message
 
     def closed(self, session: Any, reason: str) -> str:
-        return wire.dumps(
-            {
-                "type": "Metadata",
-                "transaction_key": "deprecated",
-                "request_id": self._request_id,
-                "sha256": _EMPTY_SHA256,  # the dialect never sees the audio bytes
-                "created": self._created,
-                "duration": _t(session.audio_seconds),
-                "channels": session.settings.channels,
-                "models": [self._model_uuid],
-                "model_info": {self._model_uuid: dict(self._model)},
-            }
-        )
+        # the dialect never sees the audio bytes: the sha256 is the empty input's
+        meta = metadata(self._request_id, self._created, _EMPTY_SHA256, session.audio_seconds, session.model)
+        return wire.dumps({"type": "Metadata", **meta, "channels": session.settings.channels})
 
     # -- helpers ------------------------------------------------------------------------------
 
     def _words(self, words: tuple[Word, ...]) -> list[dict[str, Any]]:
-        out = []
-        for w in words:
-            bare = bare_word(w.word)
-            if not bare:
-                continue
-            item: dict[str, Any] = {
-                "word": bare,
-                "start": _t(w.start),
-                "end": _t(w.end),
-                "confidence": round(w.probability, 3),
-            }
-            if self.options.punctuate:
-                item["punctuated_word"] = w.word.strip()
-            out.append(item)
-        return out
+        return [item for w in words if (item := word_json(w, self.options.punctuate)) is not None]
 
     def _results(self, event: Partial | Final, *, is_final: bool) -> str:
         words = self._words(event.words)
