@@ -1,10 +1,9 @@
-"""Deepgram's pre-recorded ``POST /v1/listen``: the real Deepgram SDK (``transcribe_file``) and
-LiveKit's Deepgram plugin (``recognize()``, a WAV body) against a real daemon with tiny.en and
-real speech; refusals in Deepgram's REST error shape, next to a live session, without the model."""
+"""Deepgram's pre-recorded ``POST /v1/listen``: the real Deepgram SDK (``transcribe_file``)
+against a real daemon with tiny.en and real speech; refusals in Deepgram's REST error shape, next
+to a live session, without the model. LiveKit's ``recognize()``: tests/test_livekit_deepgram.py."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib
 import io
@@ -14,6 +13,7 @@ import wave
 from typing import Any
 
 import aiohttp
+import httpx
 import numpy as np
 import pytest
 from live_server import LiveServer
@@ -101,7 +101,7 @@ def server(serving_model):  # type: ignore[no-untyped-def]
         yield live
 
 
-def _deepgram_client(server: LiveServer) -> Any:
+def _deepgram_client(server: LiveServer, http: httpx.Client) -> Any:
     with warnings.catch_warnings():  # the SDK still imports websockets.legacy
         warnings.simplefilter("ignore", DeprecationWarning)
         pytest.importorskip("deepgram")
@@ -109,13 +109,17 @@ def _deepgram_client(server: LiveServer) -> Any:
         from deepgram import DeepgramClient
         from deepgram.environment import DeepgramClientEnvironment
     env = DeepgramClientEnvironment(base=server.http, production=server.url, agent=server.url, agent_rest=server.http)
-    return DeepgramClient(api_key=TOKEN, environment=env)
+    return DeepgramClient(api_key=TOKEN, environment=env, httpx_client=http)
 
 
 @pytest.mark.slow
 def test_deepgram_sdk_transcribes_a_file(server, jfk_audio) -> None:  # type: ignore[no-untyped-def]
     body = wav_bytes(jfk_audio)
-    client = _deepgram_client(server)
+    with httpx.Client(timeout=120) as http:
+        _transcribe_file(_deepgram_client(server, http), body, jfk_audio)
+
+
+def _transcribe_file(client: Any, body: bytes, jfk_audio: np.ndarray) -> None:
     response = client.listen.v1.media.transcribe_file(
         request=body, model="nova-3", punctuate=True, utterances=True, language="en-US", detect_language=True
     )
@@ -140,21 +144,3 @@ def test_deepgram_sdk_transcribes_a_file(server, jfk_audio) -> None:  # type: ig
     raw = client.listen.v1.media.transcribe_file(request=pcm, encoding="linear16", request_options=rate)
     text = raw.results.channels[0].alternatives[0].transcript
     assert word_error_rate([JFK], [text]) <= 0.2 and text == text.lower() and "," not in text, text
-
-
-@pytest.mark.slow
-def test_livekit_recognize_posts_a_wav(server, jfk_audio) -> None:  # type: ignore[no-untyped-def]
-    rtc = pytest.importorskip("livekit.rtc")
-    plugin = pytest.importorskip("livekit.plugins.deepgram")
-
-    async def recognize() -> str:
-        pcm = np.frombuffer(float32_to_pcm_s16le(jfk_audio), np.int16)
-        frame = rtc.AudioFrame(pcm.tobytes(), 16000, 1, len(pcm))
-        async with aiohttp.ClientSession() as http:
-            stt = plugin.STT(api_key=TOKEN, base_url=server.http + "/v1/listen", http_session=http)
-            event = await stt.recognize(frame)
-            await stt.aclose()
-        return str(event.alternatives[0].text)
-
-    text = asyncio.run(recognize())
-    assert word_error_rate([JFK], [text]) <= 0.2, text

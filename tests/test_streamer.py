@@ -598,3 +598,27 @@ def test_a_pause_hypothesis_without_words_leaves_the_endpoint_its_own_request() 
     events = feed_all(streamer, recognizer, audio, [480])
     check_stream(events, spoken)  # every word final, from the endpoint's own request
     assert [r.endpoint for r in recognizer.requests if r.urgent] == [False, True]
+
+
+@pytest.mark.parametrize("lag", [0, 12])
+def test_a_short_endpointing_makes_finals_at_pauses_and_the_utterance_goes_on(lag: int) -> None:
+    """pause_final (a client's endpointing of 100 ms, shorter than the VAD's 500 ms): when the
+    pause's hypothesis comes back while the speaker is still quiet, its words are an endpoint
+    final at once, and the utterance goes on with them as its forced prefix. A hypothesis that
+    comes back after speech resumed (lag: 12 chunks of 30 ms) makes no final at the pause."""
+    words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(6)]  # 0.5 .. 2.8 s
+    resumed = [(10, 3.2, 3.5), (11, 3.6, 3.9)]  # after a 0.4 s pause
+    audio, spoken = tone_words(6.0, [*words, *resumed])
+    recognizer = ToneRecognizer()
+    streamer = Streamer(StreamingConfig(pause_final=True, pause_hold_ms=100), vad=EnergyVad())
+    events = feed_all(streamer, recognizer, audio, [480], lag=lag)
+    check_stream(events, spoken)  # nothing lost or repeated
+    assert sum(isinstance(e, SpeechEnded) for e in events) == 1, "one utterance: the pause is inside it"
+    finals = [e for e in events if isinstance(e, Final) and e.words]
+    at_pause = [f for f in finals if f.endpoint and f.words[-1].word.strip() == "w5"]
+    assert len(at_pause) == (0 if lag else 1), finals
+    if not lag:  # it came before the speech resumed, and the next window heard it as its prefix
+        assert events.index(at_pause[0]) < next(i for i, e in enumerate(events) if isinstance(e, SpeechEnded))
+        after = next(r for r in recognizer.requests if r.end > 3.5)
+        assert 5 in after.prefix and after.start < 2.8
+    assert finals[-1].endpoint and finals[-1].words[-1].word.strip() == "w11"

@@ -137,6 +137,11 @@ class SpeechDetector:
         """While speaking: samples classified unvoiced since the last voiced frame (else 0)."""
         return self._pos - self._last_voiced_end if self._speaking else 0
 
+    @property
+    def last_voiced_end(self) -> int:
+        """Where the last voiced frame ended (samples; where the current quiet began)."""
+        return self._last_voiced_end
+
     def feed(self, samples: np.ndarray) -> list[SpeechBoundary]:
         """Classify the complete frames of ``samples`` (after any buffered remainder)."""
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)

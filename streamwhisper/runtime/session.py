@@ -228,10 +228,16 @@ class Session:
 
     def _streaming_config(self, settings: wire.SessionSettings) -> StreamingConfig:
         base = self.ctx.streaming
-        vad = base.vad
+        vad, hold, pause_final = base.vad, base.pause_hold_ms, base.pause_final
         if settings.endpointing_ms is not None:
-            vad = dataclasses.replace(vad, endpoint_ms=max(settings.endpointing_ms, vad.frame_ms))
-        return dataclasses.replace(base, language=settings.language, task=settings.task, vad=vad)
+            ms = max(settings.endpointing_ms, vad.frame_ms)
+            if ms < vad.endpoint_ms and hold:  # finals at shorter pauses; utterances as the server cuts them
+                hold, pause_final = ms, True
+            else:
+                vad = dataclasses.replace(vad, endpoint_ms=ms)
+        return dataclasses.replace(
+            base, language=settings.language, task=settings.task, vad=vad, pause_hold_ms=hold, pause_final=pause_final
+        )
 
     # -- audio and recognition -----------------------------------------------------------------
 

@@ -199,6 +199,15 @@ class CommitPolicy:
             self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
         return events
 
+    def commit_pending(self) -> list[Event]:
+        """Commit every pending word now as an endpoint ``Final`` (a client's short endpointing:
+        the speaker paused), keeping the utterance open; nothing when no word is pending."""
+        if not self._pending:
+            return []
+        final = self._commit(self._pending, endpoint=True)
+        self._pending, self._seen = [], []
+        return [final]
+
     def force_commit(self, before: float) -> list[Event]:
         """Commit, without agreement, the pending words that end by ``before`` (seconds).
 

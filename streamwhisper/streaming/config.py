@@ -148,6 +148,10 @@ class StreamingConfig:
     # that hypothesis is the endpoint's: the final comes with the endpoint, without another
     # request. 0 disables both (and every pause then has requests at the step).
     pause_hold_ms: int = 150
+    # A client's endpointing shorter than the VAD's endpoint (Deepgram's endpointing=25): when
+    # the pause's hypothesis comes back and the speaker is still quiet, its words become final
+    # at once (an endpoint final) and the utterance goes on, its window and context intact.
+    pause_final: bool = False
     # Committed words stay in the window (as a forced decoder prefix) until it is this long;
     # then it is trimmed at the commit point. 0 trims at every commit.
     trim_after_s: float = 8.0

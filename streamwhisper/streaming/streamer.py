@@ -26,13 +26,12 @@ import numpy as np
 
 from streamwhisper.audio.mel import HOP_LENGTH, SAMPLE_RATE
 from streamwhisper.audio.vad import SpeechBoundary, SpeechDetector, Vad, WebRtcVad
-from streamwhisper.errors import AudioFormatError
 from streamwhisper.events import Event, Final, SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 
 from .agreement import WINDOW_SLACK_S, CommitPolicy
 from .config import StreamingConfig
-from .window import AudioWindow, align_down, align_up
+from .window import AudioWindow, align_down, align_up, checked_samples
 
 logger = logging.getLogger(__name__)
 
@@ -124,12 +123,7 @@ class Streamer:
         """Take 16 kHz mono float samples; returns the VAD events (and any utterance closed)."""
         if self._flushed:
             raise RuntimeError("feed() after flush()")
-        x = np.asarray(samples)
-        if x.ndim != 1 or not np.issubdtype(x.dtype, np.floating):
-            raise AudioFormatError(f"expected 1-D float samples, got {x.dtype} of shape {x.shape}")
-        if not np.isfinite(x).all():
-            raise AudioFormatError("samples contain NaN or infinity")
-        x = x.astype(np.float32, copy=False)
+        x = checked_samples(samples)
         if self._audio.append(x) and self._active:
             if not self._overflowing:  # once per episode, not once per chunk
                 logger.warning("audio ring full: uncommitted audio dropped (recognition too slow)")
@@ -220,7 +214,8 @@ class Streamer:
             endpoint=endpoint,
             urgent=endpoint or pause,
         )
-        self._inflight = _Inflight(request, start, end, endpoint, bool(prefix), endpoint and self._speech_goes_on)
+        goes_on, paused_at = endpoint and self._speech_goes_on, self._paused_at if pause else -1
+        self._inflight = _Inflight(request, start, end, endpoint, bool(prefix), goes_on, paused_at)
         self._last_request_end = end
         if endpoint:
             self._end_utterance()
@@ -230,10 +225,15 @@ class Streamer:
         """Whether the request of a pause is due: the VAD has heard ``pause_hold_ms`` of quiet
         and no window reached that far yet. Its hypothesis ends the utterance if the VAD does."""
         hold, quiet = self._pause_samples, self._detector.quiet_samples
-        if not hold or quiet < hold or self._paused_at == self._audio.end - quiet:
+        if not hold or quiet < hold or self._paused_at == self._detector.last_voiced_end:
             return False  # no pause, or its request was made
-        self._paused_at = self._audio.end - quiet
+        self._paused_at = self._detector.last_voiced_end
         return self._last_request_end < self._paused_at + hold // 2
+
+    def _in_pause(self, began: int) -> bool:
+        """Whether the pause that began at sample ``began`` still goes on (no speech since)."""
+        detector = self._detector
+        return self._endpoint_at is None and detector.speaking and detector.last_voiced_end == began
 
     def _due(self) -> bool:
         """Whether a regular request is due: enough new audio since the last, and no pause."""
@@ -267,6 +267,8 @@ class Streamer:
         if not inflight.endpoint:
             if heard:  # a hypothesis without a usable word leaves the endpoint its own request
                 self._heard_to = inflight.end
+            if inflight.pause >= 0 and self._config.pause_final and self._in_pause(inflight.pause):
+                events.extend(self._policy.commit_pending())
             events.extend(self._after_commit(end))
         events.extend(self._settle())
         return events
@@ -390,3 +392,4 @@ class _Inflight:
     endpoint: bool
     prefixed: bool = False  # decoded after the committed words in its window
     speech_goes_on: bool = False  # a forced endpoint inside speech (see finalize)
+    pause: int = -1  # the request of the pause that began at this sample

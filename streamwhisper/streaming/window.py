@@ -13,6 +13,7 @@ import numpy as np
 
 from streamwhisper.audio.mel import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, IncrementalLogMel
 from streamwhisper.audio.ring import RingBuffer
+from streamwhisper.errors import AudioFormatError
 
 
 def align_down(sample: int) -> int:
@@ -110,3 +111,12 @@ class AudioWindow:
         if finish:
             self._mel.finish()
 
+
+def checked_samples(samples: np.ndarray) -> np.ndarray:
+    """``samples`` as 1-D float32; AudioFormatError for other shapes, non-float or non-finite data."""
+    x = np.asarray(samples)
+    if x.ndim != 1 or not np.issubdtype(x.dtype, np.floating):
+        raise AudioFormatError(f"expected 1-D float samples, got {x.dtype} of shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise AudioFormatError("samples contain NaN or infinity")
+    return x.astype(np.float32, copy=False)

@@ -10,18 +10,18 @@ Mapping onto the native event stream (``streamwhisper.events``):
 
 - ``Partial`` -> ``Results`` with ``is_final: false`` (only with ``interim_results=true``;
   Deepgram's default is false). ``Final`` -> ``Results`` with ``is_final: true``;
-  ``speech_final`` is true on the ``Final`` that ends an utterance (a VAD endpoint or the end of
-  the stream), never with ``endpointing=false``.
+  ``speech_final`` is true on an endpoint ``Final`` (a VAD endpoint, the end of the stream, or
+  a pause as long as ``endpointing``), never with ``endpointing=false``.
 - ``start``/``duration`` of a ``Results`` cover the audio from the end of the previous final
   result to the end of its last word, so consecutive final results tile the stream.
 - ``Finalize`` forces an endpoint; the final result that closes the utterance it cut is marked
   ``from_finalize: true`` (with ``speech_final: false`` unless the VAD had already ended the
   speech). Nothing is marked when there was nothing to finalise, as Deepgram documents.
-- Our VAD has one silence threshold. It is ``endpointing`` (ms) when given, else
-  ``utterance_end_ms``, else the server's ``vad.endpoint_ms``, clamped to [100, 5000] ms.
-  ``UtteranceEnd`` is sent when the VAD ends speech (``SpeechEnded``), with ``last_word_end``
-  the end of the last voiced frame: when both ``endpointing`` and a longer ``utterance_end_ms``
-  are given it therefore comes after the ``endpointing`` silence.
+- ``endpointing`` (ms, else ``utterance_end_ms``, clamped to [100, 5000] ms) becomes the
+  session's ``endpointing_ms``: the VAD's endpoint when it is longer than the server's, else
+  finals at pauses inside utterances the server's endpoint cuts (the session's
+  ``_streaming_config``; docs/protocol.md). ``UtteranceEnd`` is sent when the VAD ends speech
+  (``SpeechEnded``), with ``last_word_end`` the end of the last voiced frame.
 - ``punctuate`` (or ``smart_format``) keeps Whisper's punctuation and casing in ``transcript``
   and adds ``punctuated_word``; otherwise the transcript is the lower-case words without
   punctuation, as Deepgram's. ``word`` is always lower case without punctuation.
