@@ -84,6 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument(
         "--max-upload-bytes", type=int, help="largest file POST /v1/audio/transcriptions accepts (default 25 MiB)"
     )
+    sv.add_argument(
+        "--wyoming-port",
+        type=int,
+        metavar="PORT",
+        help="also serve the Wyoming protocol (Home Assistant) on this TCP port, e.g. 10300 (default off)",
+    )
+    sv.add_argument(
+        "--wyoming-zeroconf",
+        action="store_true",
+        default=None,
+        help="announce the Wyoming port over mDNS for Home Assistant's discovery (needs streamwhisper[zeroconf])",
+    )
 
     ls = sub.add_parser("listen", help="live captions from the microphone (in-process, or via a daemon)")
     ls.add_argument("--list-devices", action="store_true", help="list the audio input devices and exit")
@@ -123,6 +135,8 @@ def resolve_config(args: argparse.Namespace) -> Config:
             "host": getattr(args, "host", None),
             "port": getattr(args, "port", None),
             "max_upload_bytes": getattr(args, "max_upload_bytes", None),
+            "wyoming_port": getattr(args, "wyoming_port", None),
+            "wyoming_zeroconf": getattr(args, "wyoming_zeroconf", None),
         },
     }
     if getattr(args, "command", None) != "transcribe":  # its --beam-size and --temperatures are offline options
@@ -218,6 +232,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         daemon = Daemon(config.server, config.streaming, recognizer, config.model.name)
         await daemon.start()
         print(f"streamwhisper: serving {config.model.name} on {daemon.url}/v1/stream (Ctrl-C to stop)", file=sys.stderr)
+        if config.server.wyoming_port:
+            host = config.server.wyoming_host or config.server.host
+            print(f"streamwhisper: Wyoming (Home Assistant) on tcp://{host}:{daemon.wyoming_port}", file=sys.stderr)
         await daemon.serve_forever()
 
     asyncio.run(run())

@@ -52,6 +52,11 @@ class ServerConfig:
     max_upload_s: float = 3600.0
     # ... and the uploads transcribed at once; one more is refused with 429.
     max_uploads: int = 2
+    # The Wyoming protocol (Home Assistant's speech-to-text) on its own TCP port: 0 = off, -1 =
+    # any free port; on wyoming_host ("" = host). wyoming_zeroconf announces it over mDNS.
+    wyoming_port: int = 0
+    wyoming_host: str = ""
+    wyoming_zeroconf: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -76,5 +81,7 @@ class ServerConfig:
             raise ConfigError("server.handshake_timeout_s must be > 0")
         if self.max_upload_bytes < 1024 or self.max_upload_s <= 0:
             raise ConfigError("server.max_upload_bytes must be >= 1024 and server.max_upload_s > 0")
+        if not -1 <= self.wyoming_port <= 65535:
+            raise ConfigError("server.wyoming_port must be in [-1, 65535] (0 = off, -1 = any free port)")
         if self.max_uploads < 0:
             raise ConfigError("server.max_uploads must be >= 0 (0 turns uploads off)")

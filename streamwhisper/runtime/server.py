@@ -8,6 +8,8 @@ REST (``/v1/audio/transcriptions``, ``/v1/audio/translations``, ``/v1/models``:
 ``GET /readyz`` (free capacity; 503 when full or overloaded), ``GET /metrics`` (Prometheus) and
 the browser captioning page at ``/``. Sessions that break the protocol, exceed a limit or are
 refused get an ``error`` message and a close code; the server keeps serving everyone else.
+With ``wyoming_port``, the Wyoming protocol (Home Assistant's speech-to-text) has its own TCP
+port (:mod:`.wyoming_server`); each of its requests is a session like the others.
 
 Shutdown (SIGINT/SIGTERM, or :meth:`Daemon.shutdown`): stop accepting connections, turn every
 session's pending audio into finals, send them and ``closed``, close with 1001, stop the worker.
@@ -30,11 +32,12 @@ from streamwhisper.errors import ProtocolError
 from streamwhisper.model.recognizer import Recognizer
 from streamwhisper.streaming.config import StreamingConfig
 
-from . import deepgram_prerecorded, wire
+from . import deepgram_prerecorded, wire, wyoming_zeroconf
 from .config import ServerConfig
 from .connection import Connection
 from .deepgram_prerecorded import DeepgramPrerecorded
 from .dialects import Dialect, deepgram, native, vosk
+from .dialects.wyoming import model_languages
 from .http import HttpFront, WebSocketConnection, check_token, text_response, websocket_response
 from .metrics import Metrics
 from .offline import ModelInfo
@@ -42,6 +45,7 @@ from .openai_rest import OpenAIRest
 from .session import ServerContext, Session
 from .uploads import UploadGate
 from .worker import InferenceWorker
+from .wyoming_server import WyomingServer
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +112,13 @@ class Daemon:
         self.prerecorded = DeepgramPrerecorded(self.ctx, model, self.uploads)
         self._web = _web_files() if server.web_page else {}
         self._front = HttpFront(server, self._route)
+        self._wyoming: WyomingServer | None = None
+        if server.wyoming_port:
+            languages = model_languages(recognizer, model_name)
+            self._wyoming = WyomingServer(
+                server, model_name, languages, self.metrics, self.ctx.shutdown, self.capacity_refusal, self.run_session
+            )
+        self._zeroconf: Any = None
         self._started = False
         self._handlers: set[asyncio.Task[Any]] = set()
         self._closed = asyncio.Event()
@@ -125,9 +136,23 @@ class Daemon:
         scheme = "wss" if self.server.tls_cert else "ws"
         return f"{scheme}://{self.server.host}:{self.port}"
 
+    @property
+    def wyoming_port(self) -> int | None:
+        """The Wyoming port, or None when it is off."""
+        return self._wyoming.port if self._wyoming is not None else None
+
     async def start(self) -> None:
         self.ctx.worker.start()
         await self._front.start()
+        if self._wyoming is not None:
+            await self._wyoming.start()
+            host = self.server.wyoming_host or self.server.host
+            logger.info("Wyoming (Home Assistant) on tcp://%s:%d", host, self._wyoming.port)
+            if self.server.auth_token:
+                logger.warning("the Wyoming port has no authentication (the protocol has none)")
+            if self.server.wyoming_zeroconf:
+                announced = wyoming_zeroconf.announcement(host, self._wyoming.port)
+                self._zeroconf = await wyoming_zeroconf.advertise(announced)
         self._started = True
         logger.info("serving %s on %s", self.ctx.model_name, self.url)
 
@@ -152,8 +177,15 @@ class Daemon:
         logger.info("shutting down: finalising %d session(s)", len(self.ctx.sessions))
         self.ctx.shutdown.set()
         self._front.stop_accepting()  # sessions and uploads end themselves
-        if self._handlers:
-            await asyncio.wait(self._handlers, timeout=self.server.shutdown_timeout_s + 5)
+        wyoming = self._wyoming.tasks if self._wyoming is not None else set()
+        if self._wyoming is not None:
+            self._wyoming.stop_accepting()
+        if self._handlers or wyoming:
+            await asyncio.wait(self._handlers | wyoming, timeout=self.server.shutdown_timeout_s + 5)
+        if self._zeroconf is not None:
+            await wyoming_zeroconf.withdraw(self._zeroconf)
+        if self._wyoming is not None:
+            await self._wyoming.close()
         await self._front.close()
         await self.ctx.worker.stop()
         self._closed.set()
@@ -221,7 +253,7 @@ class Daemon:
 
     async def _session(self, ws: Connection, dialect: Dialect) -> None:
         query = dict(ws.query)
-        refusal = self._admit(ws, query)
+        refusal = self._authorize(ws, query) or self.capacity_refusal()
         if refusal is not None:
             self.metrics.refused.labels(refusal.kind).inc()
             await self._reject(ws, dialect, refusal)
@@ -232,7 +264,10 @@ class Daemon:
             self.metrics.errors.labels(exc.kind).inc()
             await self._reject(ws, dialect, exc)
             return
-        # A dialect may need its own Session (vosk answers every audio frame).
+        await self.run_session(ws, dialect, settings)
+
+    async def run_session(self, ws: Connection, dialect: Dialect, settings: wire.SessionSettings) -> None:
+        """Run an admitted session to its end (the Wyoming port admits its requests itself)."""
         session = Session(ws, self.ctx, secrets.token_hex(8), settings, dialect)
         self.ctx.sessions.add(session)
         self.metrics.sessions.set(len(self.ctx.sessions))
@@ -246,13 +281,18 @@ class Daemon:
             self.ctx.sessions.discard(session)
             self.metrics.sessions.set(len(self.ctx.sessions))
 
-    def _admit(self, ws: Connection, query: dict[str, str]) -> ProtocolError | None:
+    def _authorize(self, ws: Connection, query: dict[str, str]) -> ProtocolError | None:
         cfg = self.server
         if not check_token(cfg, ws.headers, query):
             return ProtocolError("missing or wrong token", wire.CLOSE_POLICY, "unauthorized")
         origin = ws.headers.get("Origin")
         if cfg.allowed_origins and origin is not None and origin not in cfg.allowed_origins:
             return ProtocolError(f"origin {origin!r} is not allowed", wire.CLOSE_POLICY, "origin_not_allowed")
+        return None
+
+    def capacity_refusal(self) -> ProtocolError | None:
+        """Why a new session cannot start now (shutdown, every session in use, overload), or None."""
+        cfg = self.server
         if self.ctx.shutdown.is_set():
             return ProtocolError("the server is shutting down", wire.CLOSE_GOING_AWAY, "shutting_down")
         if len(self.ctx.sessions) >= cfg.max_sessions:

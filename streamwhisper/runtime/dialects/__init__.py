@@ -3,7 +3,7 @@
 A session speaks to its client only through its dialect: the dialect reads the client's text
 messages into the typed messages of :mod:`streamwhisper.runtime.wire` and writes events, status
 and errors in its protocol's format. One module per protocol: the native one (``wire``),
-Deepgram's (``deepgram``) and vosk's (``vosk``).
+Deepgram's (``deepgram``), vosk's (``vosk``) and Wyoming's (``wyoming``, on its own TCP port).
 """
 
 from __future__ import annotations
