@@ -39,19 +39,21 @@ from streamwhisper.events import Final, Partial  # noqa: E402
 MANIFEST = shared_data_dir() / "eval" / "manifest.tsv"
 
 
-def start_server(extra: list[str]) -> tuple[subprocess.Popen[str], str]:
+def start_server(extra: list[str], log_lines: int = 1) -> tuple[subprocess.Popen[str], str, list[str]]:
+    """A `streamwhisper serve` process on a free port: (process, its ws:// URL, the first
+    ``log_lines`` lines it logged, the URL's line first)."""
     env = dict(os.environ, STREAMWHISPER_SERVER_PORT="0", STREAMWHISPER_SERVER_MAX_SESSIONS="32")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamwhisper", "serve", *extra], stderr=subprocess.PIPE, text=True, env=env
     )
     assert proc.stderr is not None
-    line = proc.stderr.readline()
-    found = re.search(r"(ws://\S+)/v1/stream", line)
+    lines = [proc.stderr.readline() for _ in range(log_lines)]
+    found = re.search(r"(ws://\S+)/v1/stream", lines[0])
     if not found:
         proc.kill()
-        raise SystemExit(f"server did not start: {line}{proc.stderr.read()}")
+        raise SystemExit(f"server did not start: {''.join(lines)}{proc.stderr.read()}")
     threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep draining its log
-    return proc, found[1]
+    return proc, found[1], lines
 
 
 def programme(clips: list, offset: int, seconds: float) -> tuple[np.ndarray, str]:
@@ -171,7 +173,7 @@ def main() -> None:
     parser.add_argument("server_args", nargs="*", help="extra `serve` flags (e.g. --model base)")
     args = parser.parse_args()
     clips = [c for c in read_manifest(MANIFEST, ["read_en"]) if c.seconds >= 2.5]
-    proc, url = start_server(args.server_args)
+    proc, url, _ = start_server(args.server_args)
     try:
         if args.hour:
             args.clients, args.seconds = [1], 3600.0

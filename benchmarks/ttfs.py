@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import io
 import json
+import re
 import sys
 import time
 import wave
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +50,14 @@ from streamwhisper.bench import cpu_name  # noqa: E402
 LastEnd = Callable[[dict], float | None]  # a final's last word end (stream seconds), or None
 CHUNK = 1600  # 100 ms per message, as live clients send
 GAP_S = 1.0  # silence between turns
-ENDPOINT_WAIT_S = 5.0  # silence sent after a turn in endpoint mode, at most
+ENDPOINT_WAIT_S = 2.5  # silence sent after a turn in endpoint mode before its messages are read
 
 
 class Turn:
-    """One turn's clock: when each 100 ms of its audio was sent, and when its final came."""
+    """One turn's clock: when each 100 ms of its audio was sent."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[float, float]] = []  # (stream seconds, monotonic) at each chunk
-        self.asked = 0.0  # finalize sent
-        self.final_at = 0.0
-        self.last_word_end = 0.0  # stream seconds
 
     def sent_at(self, stream_s: float) -> float:
         for audio_s, wall in self.sent:
@@ -74,47 +75,70 @@ async def _paced(send: Callable[[bytes], Awaitable[None]], pcm: bytes, clock: li
         await asyncio.sleep(max(0.0, clock[1] + clock[0] - time.monotonic()))
 
 
-async def native_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
-    """The native protocol at /v1/stream."""
+@dataclass(frozen=True)
+class Live:
+    """One live WebSocket protocol: its URL, end-of-turn and end-of-stream messages, which
+    message is a turn's final (after a finalize, or at the server's own endpoint), and the end
+    of that final's last word."""
+
+    path: str
+    finalize: str
+    eof: str
+    finalized: Callable[[dict], bool]
+    endpointed: Callable[[dict], bool]
+    last_end: LastEnd
+
+
+async def live_turns(live: Live, base: str, clips: list[np.ndarray], mode: str) -> list[float]:
     from websockets.asyncio.client import connect
 
     out: list[float] = []
-    async with connect(base + "/v1/stream?sample_rate=16000&interim_results=false") as ws:
-        await ws.recv()  # ready
+    async with connect(base + live.path) as ws:
+        arrivals: asyncio.Queue[tuple[float, dict]] = asyncio.Queue()
+
+        async def read() -> None:
+            async for text in ws:
+                arrivals.put_nowait((time.monotonic(), json.loads(text)))
+
+        reader = asyncio.create_task(read())
         clock = [0.0, time.monotonic()]
         for audio in clips:
             turn = Turn()
             await _paced(ws.send, float32_to_pcm_s16le(audio), clock, turn)
             if mode == "finalize":
-                turn.asked = time.monotonic()
-                await ws.send('{"type":"finalize"}')
-            final = await _until(ws, _native_final, mode, clock, turn, _native_last_end)
-            out.append(_ttfs(turn, final, mode, _native_last_end))
+                out.append(await _finalized(ws, live, arrivals))
+            else:  # the client goes on sending silence; the server's own endpointing ends the turn
+                await _paced(ws.send, bytes(int(ENDPOINT_WAIT_S * 32000)), clock, Turn())
+                out.append(_endpointed(live, arrivals, turn))
             await _paced(ws.send, bytes(int(GAP_S * 32000)), clock, Turn())
-        await ws.send('{"type":"eof"}')
+        await ws.send(live.eof)
+        reader.cancel()
     return out
 
 
-async def deepgram_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
-    """Deepgram's live API at /v1/listen, as LiveKit's plugin configures it (endpointing=25)."""
-    from websockets.asyncio.client import connect
+async def _finalized(ws: Any, live: Live, arrivals: asyncio.Queue[tuple[float, dict]]) -> float:
+    """Send the finalize; seconds until the final that answers it."""
+    asked = time.monotonic()
+    await ws.send(live.finalize)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(30):
+            while True:
+                at, message = await arrivals.get()
+                if at >= asked and live.finalized(message):
+                    return at - asked
+    return float("nan")
 
-    out: list[float] = []
-    query = "encoding=linear16&sample_rate=16000&punctuate=true&interim_results=true&endpointing=25"
-    async with connect(f"{base}/v1/listen?{query}") as ws:
-        clock = [0.0, time.monotonic()]
-        for audio in clips:
-            turn = Turn()
-            await _paced(ws.send, float32_to_pcm_s16le(audio), clock, turn)
-            if mode == "finalize":
-                turn.asked = time.monotonic()
-                await ws.send('{"type":"Finalize"}')
-            done = _deepgram_finalized if mode == "finalize" else _deepgram_speech_final
-            final = await _until(ws, done, mode, clock, turn, _deepgram_last_end)
-            out.append(_ttfs(turn, final, mode, _deepgram_last_end))
-            await _paced(ws.send, bytes(int(GAP_S * 32000)), clock, Turn())
-        await ws.send('{"type":"CloseStream"}')
-    return out
+
+def _endpointed(live: Live, arrivals: asyncio.Queue[tuple[float, dict]], turn: Turn) -> float:
+    """The turn's messages so far: from when its last word's end was sent to the endpoint final
+    holding that word (the one whose last word ends latest)."""
+    best: tuple[float, float] | None = None  # (last word end, arrival)
+    while not arrivals.empty():
+        at, message = arrivals.get_nowait()
+        end = live.last_end(message) if live.endpointed(message) else None
+        if end is not None and (best is None or end > best[0]):
+            best = (end, at)
+    return float("nan") if best is None else best[1] - turn.sent_at(best[0])
 
 
 def _native_final(m: dict) -> bool:
@@ -125,50 +149,28 @@ def _native_last_end(m: dict) -> float | None:
     return m["words"][-1]["end"] if m.get("words") else None
 
 
-def _deepgram_finalized(m: dict) -> bool:
-    return m.get("type") == "Results" and bool(m.get("from_finalize"))
-
-
-def _deepgram_speech_final(m: dict) -> bool:
-    return m.get("type") == "Results" and bool(m.get("speech_final"))
-
-
 def _deepgram_last_end(m: dict) -> float | None:
-    words = m["channel"]["alternatives"][0]["words"]
+    words = m["channel"]["alternatives"][0]["words"] if m.get("type") == "Results" else []
     return words[-1]["end"] if words else None
 
 
-async def _until(
-    ws: Any, done: Callable[[dict], bool], mode: str, clock: list[float], turn: Turn, last_end: LastEnd
-) -> dict | None:
-    """Read until ``done``; in endpoint mode keep sending silence meanwhile, and wait for the
-    final whose last word is in the turn's last second (an earlier pause in the clip has its own)."""
-    turn_end = clock[0]
-    silence: asyncio.Task[None] | None = None
-    if mode == "endpoint":
-        silence = asyncio.create_task(_paced(ws.send, bytes(int(ENDPOINT_WAIT_S * 32000)), clock, Turn()))
-    try:
-        async with asyncio.timeout(ENDPOINT_WAIT_S + 30):
-            while True:
-                message = json.loads(await ws.recv())
-                end = last_end(message) if mode == "endpoint" and done(message) else None
-                if done(message) and (mode == "finalize" or (end is not None and end >= turn_end - 1.0)):
-                    turn.final_at = time.monotonic()
-                    return message
-    except TimeoutError:
-        return None
-    finally:
-        if silence is not None:
-            silence.cancel()
-
-
-def _ttfs(turn: Turn, final: dict | None, mode: str, last_end: LastEnd) -> float:
-    if final is None:
-        return float("nan")
-    if mode == "finalize":
-        return turn.final_at - turn.asked
-    end = last_end(final)
-    return turn.final_at - turn.sent_at(end) if end is not None else float("nan")
+NATIVE = Live(
+    "/v1/stream?sample_rate=16000&interim_results=false",
+    '{"type":"finalize"}',
+    '{"type":"eof"}',
+    _native_final,
+    _native_final,
+    _native_last_end,
+)
+# as LiveKit's plugin configures it (endpointing=25)
+DEEPGRAM = Live(
+    "/v1/listen?encoding=linear16&sample_rate=16000&punctuate=true&interim_results=true&endpointing=25",
+    '{"type":"Finalize"}',
+    '{"type":"CloseStream"}',
+    lambda m: m.get("type") == "Results" and bool(m.get("from_finalize")),
+    lambda m: m.get("type") == "Results" and bool(m.get("speech_final")),
+    _deepgram_last_end,
+)
 
 
 def _wav(audio: np.ndarray) -> bytes:
@@ -209,13 +211,52 @@ async def deepgram_rest_turns(base: str, clips: list[np.ndarray], mode: str) -> 
     return await _rest(clips, post)
 
 
+async def wyoming_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
+    """Wyoming (Home Assistant's client): one request per turn; TTFS from ``audio-stop``."""
+    from wyoming.asr import Transcribe, Transcript
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.client import AsyncTcpClient
+
+    host, port = WYOMING[0].rsplit(":", 1)
+    out: list[float] = []
+    async with AsyncTcpClient(host, int(port)) as client:
+        clock = [0.0, time.monotonic()]
+        for audio in clips:
+            await client.write_event(Transcribe(language="en").event())
+            await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+
+            async def chunk(data: bytes) -> None:
+                await client.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=data).event())
+
+            await _paced(chunk, float32_to_pcm_s16le(audio), clock, Turn())
+            asked = time.monotonic()
+            await client.write_event(AudioStop().event())
+            got = float("nan")
+            while (event := await client.read_event()) is not None:
+                if Transcript.is_type(event.type):
+                    got = time.monotonic() - asked
+                    break
+            out.append(got)
+            clock[1] += GAP_S  # the pause between turns, as silence on a live stream
+            await asyncio.sleep(GAP_S)
+    return out
+
+
+WYOMING: list[str] = []  # host:port of the daemon's Wyoming listener, once started
+
+
 #: endpoint -> (turn driver, modes it has)
 ENDPOINTS: dict[str, tuple[Callable[[str, list[np.ndarray], str], Awaitable[list[float]]], tuple[str, ...]]] = {
-    "native": (native_turns, ("finalize", "endpoint")),
-    "deepgram": (deepgram_turns, ("finalize", "endpoint")),
+    "native": (functools.partial(live_turns, NATIVE), ("finalize", "endpoint")),
+    "deepgram": (functools.partial(live_turns, DEEPGRAM), ("finalize", "endpoint")),
     "openai-rest": (openai_rest_turns, ("upload",)),
     "deepgram-rest": (deepgram_rest_turns, ("upload",)),
+    "wyoming": (wyoming_turns, ("audio-stop",)),
 }
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 async def run(base: str, driver: Any, clips: list[np.ndarray], mode: str, streams: int) -> list[float]:
@@ -234,7 +275,11 @@ def main() -> None:
     args = parser.parse_args()
     manifest = shared_data_dir() / "eval" / "manifest.tsv"
     clips = [load_audio(c.wav) for c in read_manifest(manifest, ["read_en"])[: args.limit]]
-    proc, base = start_server(args.server_arg)
+    proc, base, log = start_server([*args.server_arg, "--wyoming-port", "-1"], log_lines=2)
+    found = re.search(r"tcp://(\S+)", log[1])
+    if found is None:
+        raise SystemExit(f"no Wyoming listener in the server's log: {log[1]!r}")
+    WYOMING.append(found[1])
     rows = []
     try:
         for name in args.endpoint or list(ENDPOINTS):
@@ -249,8 +294,8 @@ def main() -> None:
                         "streams": streams,
                         "turns": len(times),
                         "missing": len(times) - len(ok),
-                        "ttfs_p50": round(pct(ok, 50) or float("nan"), 3),
-                        "ttfs_p95": round(pct(ok, 95) or float("nan"), 3),
+                        "ttfs_p50": round(_or_nan(pct(ok, 50)), 3),
+                        "ttfs_p95": round(_or_nan(pct(ok, 95)), 3),
                         "cpu": cpu_name(),
                     }
                     emit(record)
