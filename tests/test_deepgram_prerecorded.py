@@ -8,6 +8,10 @@ import hashlib
 import importlib
 import io
 import json
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 import warnings
 import wave
 from typing import Any
@@ -144,3 +148,80 @@ def _transcribe_file(client: Any, body: bytes, jfk_audio: np.ndarray) -> None:
     raw = client.listen.v1.media.transcribe_file(request=pcm, encoding="linear16", request_options=rate)
     text = raw.results.channels[0].alternatives[0].transcript
     assert word_error_rate([JFK], [text]) <= 0.2 and text == text.lower() and "," not in text, text
+
+
+QUERY_NAMES = ["encoding", "sample_rate", "channels", "punctuate", "utterances", "utt_split", "language", "model", "x"]
+QUERY_VALUES = ["linear16", "opus", "16000", "8000", "7", "0", "2", "-1", "true", "false", "en-US", "xx", "0.5", ""]
+
+
+@pytest.mark.slow
+def test_malformed_prerecorded_requests_get_deepgram_errors_while_a_live_stream_goes_on(  # type: ignore[no-untyped-def]
+    serving_model, clips
+) -> None:
+    """Random bodies and options on POST /v1/listen, next to a live Deepgram stream of jfk: every
+    answer is 200 or a Deepgram error with its status, and the live transcript is unharmed."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from websockets.sync.client import connect as sync_connect
+
+    from streamwhisper.audio.files import load_audio
+
+    flac = (clips["en_jfk"].wav).read_bytes()
+    limit = 128 * 1024
+    jfk = load_audio(clips["en_jfk"].wav)
+    with LiveServer(serving_model, auth_token="t", max_upload_bytes=limit, max_uploads=4) as live:
+        heard: list[str] = []
+
+        def stream() -> None:
+            query = "encoding=linear16&sample_rate=16000&endpointing=25&token=t"
+            with sync_connect(f"{live.url}/v1/listen?{query}") as ws:
+                pcm = float32_to_pcm_s16le(np.concatenate([jfk, np.zeros(16000, np.float32)]))
+                for i in range(0, len(pcm), 6400):
+                    ws.send(pcm[i : i + 6400])
+                ws.send('{"type": "CloseStream"}')
+                for text in ws:
+                    message = json.loads(text)
+                    if message.get("type") == "Results" and message["is_final"]:
+                        heard.append(message["channel"]["alternatives"][0]["transcript"])
+
+        good = threading.Thread(target=stream)
+        good.start()
+
+        @settings(
+            max_examples=80, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+        )
+        @given(
+            query=st.dictionaries(st.sampled_from(QUERY_NAMES), st.sampled_from(QUERY_VALUES), max_size=4),
+            auth=st.sampled_from(["Token t", "Token t", "Bearer t", "Token no", ""]),
+            kind=st.sampled_from(["audio/flac", "audio/wav", "application/octet-stream", "application/json", ""]),
+            body=st.one_of(
+                st.binary(max_size=3000),
+                st.integers(1, len(flac)).map(lambda n: flac[: min(n, 48_000)]),
+                st.just(b"\0" * (limit + 1)),
+            ),
+        )
+        def fuzz(query: dict[str, str], auth: str, kind: str, body: bytes) -> None:
+            headers = {"Authorization": auth} if auth else {}
+            if kind:
+                headers["Content-Type"] = kind
+            url = f"{live.http}/v1/listen?{urllib.parse.urlencode(query)}"
+            request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=120) as r:
+                    status, content = r.status, json.loads(r.read())
+            except urllib.error.HTTPError as exc:
+                with exc:
+                    status, content = exc.code, json.loads(exc.read())
+            except (ConnectionError, urllib.error.URLError):  # the server stopped reading a large body
+                assert len(body) > limit
+                return
+            if status == 200:
+                assert content["results"]["channels"][0]["alternatives"][0]["transcript"] is not None
+            else:
+                assert status in (400, 401, 413, 429), (status, content)
+                assert content["err_code"] and content["err_msg"] and content["request_id"], content
+
+        fuzz()
+        good.join(timeout=180)
+        assert word_error_rate([JFK], [" ".join(heard)]) <= 0.2, heard
+        assert live.inspect(lambda d: d.uploads.active) == 0
