@@ -170,7 +170,7 @@ class Daemon:
                 return text_response(404, "no WebSocket endpoint here (use /v1/stream)\n")
             ws = websocket_response(self.server)
             await ws.prepare(request)
-            await self._session(WebSocketConnection(request, ws), factory())
+            await self._session(WebSocketConnection(request, ws, self.server.max_message_bytes), factory())
             return ws
         rest = self.rest.handler(request.method, path)
         if rest is not None:

@@ -168,7 +168,6 @@ class Session:
 
     async def _read_loop(self) -> None:
         idle = self.ctx.server.idle_timeout_s or None
-        limit = self.ctx.server.max_message_bytes
         while True:
             try:
                 async with asyncio.timeout(idle):
@@ -182,10 +181,9 @@ class Session:
             except ConnectionClosed:
                 self._gone = True
                 raise _Ended("client_gone", wire.CLOSE_NORMAL) from None
+            except ProtocolError as exc:  # the connection refused a message unread (over max_message_bytes)
+                raise _Ended(exc.kind, exc.code, exc) from None
             try:
-                if len(message) > limit:
-                    text = f"message of {len(message)} bytes is over the limit of {limit}"
-                    raise ProtocolError(text, wire.CLOSE_TOO_BIG, "message_too_big")
                 if isinstance(message, bytes):
                     self._on_audio(message)
                 elif self._on_text(message):
