@@ -157,10 +157,11 @@ def on_clock_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..
 
 @asynccontextmanager
 async def running_daemon(recognizer: Any, **server: Any) -> AsyncIterator[Daemon]:
-    """The real Daemon on 127.0.0.1 port 0 in this loop; ``server`` overrides ``[server]`` keys."""
+    """The real Daemon on 127.0.0.1 port 0 in this loop, measuring lags on the loop's clock (which
+    a :class:`ClockLoop` lets the test move); ``server`` overrides ``[server]`` keys."""
     base = Config()
     settings = dataclasses.replace(base.server, host="127.0.0.1", port=0, web_page=False, **server)
-    daemon = Daemon(settings, base.streaming, recognizer, "fake")
+    daemon = Daemon(settings, base.streaming, recognizer, "fake", clock=asyncio.get_running_loop().time)
     await daemon.start()
     try:
         yield daemon
