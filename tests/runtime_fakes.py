@@ -43,9 +43,9 @@ class TimedRecognizer:
 
     A pure function of the request's window (``start``, ``end``), so any batch of any sessions
     gets the right words. ``batches`` records the keys of each call. ``hold()`` makes the next
-    calls block until ``release()`` (``entered`` is set when a call has begun), so a test can
-    fill the worker's queue deterministically. Requests whose key is in ``fail_on`` make their
-    whole batch raise.
+    calls block until ``release()`` (``entered`` is set when a call is held), so a test can
+    fill the worker's queue, or keep it saturated, deterministically. Requests whose key is in
+    ``fail_on`` make their whole batch raise.
     """
 
     def __init__(self, fail_on: Sequence[object] = ()) -> None:
@@ -64,8 +64,9 @@ class TimedRecognizer:
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         self.batches.append([r.key for r in requests])
-        self.entered.set()
-        self._gate.wait()
+        if not self._gate.is_set():
+            self.entered.set()
+            self._gate.wait()
         if any(r.key in self.fail_on for r in requests):
             raise RuntimeError("scripted recognition failure")
         return [hear(r) for r in requests]
