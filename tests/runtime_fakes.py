@@ -202,3 +202,47 @@ async def read_to_close(ws: ClientConnection) -> list[dict[str, Any]]:
             out.append(await recv_json(ws))
     except ConnectionClosed:
         return out
+
+
+def is_partial(m: dict[str, Any]) -> bool:
+    return m["type"] == "partial" and bool(m["text"])
+
+
+def final_numbers(messages: list[dict[str, Any]]) -> list[int]:
+    """The numbers of the fake speaker's words in the finals (" w<i>" -> i), checking that each
+    comes once and in order."""
+    numbers = [int(w["word"].removeprefix("w")) for m in messages if m["type"] == "final" for w in m["words"]]
+    assert numbers and numbers == sorted(set(numbers)), numbers
+    return numbers
+
+
+# --- a bare WebSocket, for clients no library would write ----------------------------------------
+
+
+async def raw_websocket(port: int, path: str = "/v1/stream") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A WebSocket over a bare TCP connection: the upgrade is done, nothing of it read yet."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    return reader, writer
+
+
+async def server_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """(opcode, payload) of the next frame from the server (unmasked, unfragmented)."""
+    first, second = await reader.readexactly(2)
+    length = second & 0x7F
+    if length >= 126:
+        length = int.from_bytes(await reader.readexactly(2 if length == 126 else 8), "big")
+    return first & 0x0F, await reader.readexactly(length)
+
+
+def masked_frame_start(length: int, sent: int) -> bytes:
+    """The first bytes of a masked binary client frame of ``length`` bytes: its header and
+    ``sent`` bytes of its payload (zeros under the mask)."""
+    mask = bytes([0x5A, 0xA5, 0x3C, 0xC3])
+    header = bytes([0x82, 0x80 | 127]) + length.to_bytes(8, "big") + mask
+    return header + (mask * (sent // 4 + 1))[:sent]

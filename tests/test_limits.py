@@ -11,9 +11,7 @@ by the test, and lags grow when the test moves the loop's clock (``advance``): n
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import os
 import re
 import shutil
 import ssl
@@ -28,12 +26,17 @@ from runtime_fakes import (
     SR,
     TimedRecognizer,
     advance,
+    final_numbers,
+    is_partial,
+    masked_frame_start,
     on_clock_loop,
+    raw_websocket,
     read_to_close,
     read_until,
     recv_json,
     running_daemon,
     send_audio,
+    server_frame,
     stream_url,
 )
 from websockets.asyncio.client import ClientConnection, connect
@@ -48,17 +51,6 @@ pytestmark = pytest.mark.timeout(60)  # a broken limit hangs its test instead of
 LIMIT = 4096  # max_message_bytes of the daemons here
 HOLD = "endpointing_ms=5000"  # no VAD endpoint inside jfk's pauses: only eof and limits end utterances
 EOF = json.dumps({"type": "eof"})
-
-
-def final_numbers(messages: list[dict[str, Any]]) -> list[int]:
-    """The fake speaker's words in the finals (" w<i>" -> i): each once, in order."""
-    numbers = [int(w["word"].removeprefix("w")) for m in messages if m["type"] == "final" for w in m["words"]]
-    assert numbers and numbers == sorted(set(numbers)), numbers
-    return numbers
-
-
-def is_partial(m: dict[str, Any]) -> bool:
-    return m["type"] == "partial" and bool(m["text"])
 
 
 def error_codes(messages: list[dict[str, Any]]) -> list[str]:
@@ -101,14 +93,6 @@ async def test_a_message_over_max_message_bytes_gets_1009_and_none_of_it_is_hear
     assert 'streamwhisper_errors_total{kind="message_too_big"} 1.0' in daemon.metrics.render().decode()
 
 
-def _masked_frame_start(length: int, sent: int) -> bytes:
-    """The first bytes of a masked binary client frame of ``length`` bytes: its header and
-    ``sent`` bytes of its payload (zeros under the mask)."""
-    mask = bytes([0x5A, 0xA5, 0x3C, 0xC3])
-    header = bytes([0x82, 0x80 | 127]) + length.to_bytes(8, "big") + mask
-    return header + (mask * (sent // 4 + 1))[:sent]
-
-
 @on_clock_loop
 async def test_a_message_over_the_limit_is_refused_from_its_header_before_its_payload_arrives() -> None:
     """Nothing of an oversized message is buffered: the client declares 1 GB and sends 1 KB of
@@ -116,35 +100,11 @@ async def test_a_message_over_the_limit_is_refused_from_its_header_before_its_pa
     async with running_daemon(TimedRecognizer(), max_message_bytes=LIMIT) as daemon, connect(stream_url(daemon)) as ws:
         await recv_json(ws)
         await ws.send(b"\0\0" * 1600)  # 0.1 s of audio first: it is heard
-        ws.transport.write(_masked_frame_start(1 << 30, 1024))
+        ws.transport.write(masked_frame_start(1 << 30, 1024))
         messages = await read_to_close(ws)
         assert ws.close_code == 1009
     assert error_codes(messages) == ["message_too_big"]
     assert messages[-1] == messages[-1] | {"type": "closed", "reason": "message_too_big", "audio_seconds": 0.1}
-
-
-async def _upgrade(daemon: Daemon) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A WebSocket on /v1/stream over a bare TCP connection, its ``ready`` message read."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
-    key = base64.b64encode(os.urandom(16)).decode()
-    writer.write(
-        f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
-    )
-    head = await reader.readuntil(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 101 "), head
-    opcode, payload = await _server_frame(reader)
-    assert opcode == 1 and json.loads(payload)["type"] == "ready"
-    return reader, writer
-
-
-async def _server_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    """(opcode, payload) of the next frame from the server (unmasked, unfragmented)."""
-    first, second = await reader.readexactly(2)
-    length = second & 0x7F
-    if length >= 126:
-        length = int.from_bytes(await reader.readexactly(2 if length == 126 else 8), "big")
-    return first & 0x0F, await reader.readexactly(length)
 
 
 @on_clock_loop
@@ -154,11 +114,13 @@ async def test_a_refused_client_still_sending_its_message_is_not_reset() -> None
     bytes never meet a closed socket: that would make the kernel reset the connection, and a
     client reset before it has read the close frame (and the messages before it) loses them."""
     async with running_daemon(TimedRecognizer(), max_message_bytes=LIMIT) as daemon:
-        reader, writer = await _upgrade(daemon)
-        writer.write(_masked_frame_start(1 << 30, 1024))
+        reader, writer = await raw_websocket(daemon.port)
+        opcode, ready = await server_frame(reader)
+        assert opcode == 1 and json.loads(ready)["type"] == "ready"
+        writer.write(masked_frame_start(1 << 30, 1024))
         frames = []
         while not frames or frames[-1][0] != 8:  # up to the close frame
-            frames.append(await _server_frame(reader))
+            frames.append(await server_frame(reader))
         assert [json.loads(p)["type"] for _, p in frames[:-1]] == ["error", "closed"]
         assert int.from_bytes(frames[-1][1][:2], "big") == 1009
         assert await reader.read() == b"", "the server's side is closed"
