@@ -65,23 +65,28 @@ async def readiness(daemon: Daemon) -> tuple[int, dict[str, Any]]:
 # --- max_message_bytes -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("size", [LIMIT + 2, 1024 * LIMIT], ids=["just-over", "4-MiB"])
+@pytest.mark.parametrize(
+    ("size", "compression"),
+    [(LIMIT + 1, None), (LIMIT + 1, "deflate"), (1024 * LIMIT, "deflate")],
+    ids=["one-byte-over", "one-byte-over-compressed", "4-MiB"],
+)
 @on_clock_loop
 async def test_a_message_over_max_message_bytes_gets_1009_and_none_of_it_is_heard(
-    jfk_audio: np.ndarray, size: int
+    jfk_audio: np.ndarray, size: int, compression: str | None
 ) -> None:
     """The oversized message is real speech that follows on: had any of it been read as audio,
-    the stream would be longer and its finals would hold the words spoken in it. The client is
-    still sending the 4 MiB one when it is refused: it gets every answer all the same."""
+    the stream would be longer and its finals would hold the words spoken in it. The limit is
+    on the message as sent, compressed (permessage-deflate) or not. The client is still sending
+    the 4 MiB one when it is refused: it gets every answer all the same."""
     async with (
         running_daemon(TimedRecognizer(), max_message_bytes=LIMIT) as daemon,
-        connect(stream_url(daemon, HOLD), max_size=None) as ws,
+        connect(stream_url(daemon, HOLD), max_size=None, compression=compression) as ws,
     ):
         await recv_json(ws)
         await send_audio(ws, jfk_audio[: 2 * SR])
         await read_until(ws, is_partial)
-        speech = np.resize(jfk_audio[2 * SR :], size // 2)  # the clip goes on, looped to fill it
-        sending = asyncio.create_task(ws.send(float32_to_pcm_s16le(speech)))
+        speech = np.resize(jfk_audio[2 * SR :], size // 2 + 1)  # the clip goes on, looped to fill it
+        sending = asyncio.create_task(ws.send(float32_to_pcm_s16le(speech)[:size]))
         messages = await read_to_close(ws)
         await asyncio.gather(sending, return_exceptions=True)
         assert ws.close_code == 1009
