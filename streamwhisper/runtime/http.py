@@ -11,8 +11,9 @@ Limits that hold before any handler runs:
   does not restart), so a client that sends nothing or one byte a second is dropped;
 - a request line or header over 8190 bytes, or over 100 headers, is answered with 400;
 - a WebSocket message over ``max_message_bytes`` is refused from its frame header, before any of
-  its payload is buffered: :meth:`WebSocketConnection.receive` raises ``message_too_big`` and the
-  session answers as for any bad message (its error, its finals, 1009). The connection then
+  its payload is buffered (a compressed one as it inflates, one byte past the limit at most):
+  :meth:`WebSocketConnection.receive` raises ``message_too_big`` and the session answers as for
+  any bad message (its error, its finals, 1009). After a refused frame the connection
   lingers: the server sends FIN, discards what the client still sends and closes when the client
   does, because closing a socket with unread data makes the kernel reset the connection, and
   the client would lose the close frame and the messages before it. aiohttp buffers at most
