@@ -43,9 +43,9 @@ class TimedRecognizer:
 
     A pure function of the request's window (``start``, ``end``), so any batch of any sessions
     gets the right words. ``batches`` records the keys of each call. ``hold()`` makes the next
-    calls block until ``release()`` (``entered`` is set when a call has begun), so a test can
-    fill the worker's queue deterministically. Requests whose key is in ``fail_on`` make their
-    whole batch raise.
+    calls block until ``release()`` (``entered`` is set when a call is held), so a test can
+    fill the worker's queue, or keep it saturated, deterministically. Requests whose key is in
+    ``fail_on`` make their whole batch raise.
     """
 
     def __init__(self, fail_on: Sequence[object] = ()) -> None:
@@ -64,8 +64,9 @@ class TimedRecognizer:
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         self.batches.append([r.key for r in requests])
-        self.entered.set()
-        self._gate.wait()
+        if not self._gate.is_set():
+            self.entered.set()
+            self._gate.wait()
         if any(r.key in self.fail_on for r in requests):
             raise RuntimeError("scripted recognition failure")
         return [hear(r) for r in requests]
@@ -157,10 +158,11 @@ def on_clock_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..
 
 @asynccontextmanager
 async def running_daemon(recognizer: Any, **server: Any) -> AsyncIterator[Daemon]:
-    """The real Daemon on 127.0.0.1 port 0 in this loop; ``server`` overrides ``[server]`` keys."""
+    """The real Daemon on 127.0.0.1 port 0 in this loop, measuring lags on the loop's clock (which
+    a :class:`ClockLoop` lets the test move); ``server`` overrides ``[server]`` keys."""
     base = Config()
     settings = dataclasses.replace(base.server, host="127.0.0.1", port=0, web_page=False, **server)
-    daemon = Daemon(settings, base.streaming, recognizer, "fake")
+    daemon = Daemon(settings, base.streaming, recognizer, "fake", clock=asyncio.get_running_loop().time)
     await daemon.start()
     try:
         yield daemon
@@ -200,3 +202,47 @@ async def read_to_close(ws: ClientConnection) -> list[dict[str, Any]]:
             out.append(await recv_json(ws))
     except ConnectionClosed:
         return out
+
+
+def is_partial(m: dict[str, Any]) -> bool:
+    return m["type"] == "partial" and bool(m["text"])
+
+
+def final_numbers(messages: list[dict[str, Any]]) -> list[int]:
+    """The numbers of the fake speaker's words in the finals (" w<i>" -> i), checking that each
+    comes once and in order."""
+    numbers = [int(w["word"].removeprefix("w")) for m in messages if m["type"] == "final" for w in m["words"]]
+    assert numbers and numbers == sorted(set(numbers)), numbers
+    return numbers
+
+
+# --- a bare WebSocket, for clients no library would write ----------------------------------------
+
+
+async def raw_websocket(port: int, path: str = "/v1/stream") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A WebSocket over a bare TCP connection: the upgrade is done, nothing of it read yet."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    return reader, writer
+
+
+async def server_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """(opcode, payload) of the next frame from the server (unmasked, unfragmented)."""
+    first, second = await reader.readexactly(2)
+    length = second & 0x7F
+    if length >= 126:
+        length = int.from_bytes(await reader.readexactly(2 if length == 126 else 8), "big")
+    return first & 0x0F, await reader.readexactly(length)
+
+
+def masked_frame_start(length: int, sent: int) -> bytes:
+    """The first bytes of a masked binary client frame of ``length`` bytes: its header and
+    ``sent`` bytes of its payload (zeros under the mask)."""
+    mask = bytes([0x5A, 0xA5, 0x3C, 0xC3])
+    header = bytes([0x82, 0x80 | 127]) + length.to_bytes(8, "big") + mask
+    return header + (mask * (sent // 4 + 1))[:sent]

@@ -5,14 +5,17 @@ WebSocket session on the same port."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from typing import Any
 
 import aiohttp
 import numpy as np
+import pytest
 from runtime_fakes import (
     TimedRecognizer,
+    advance,
     on_clock_loop,
     read_until,
     recv_json,
@@ -28,23 +31,28 @@ DEADLINE = 0.4  # handshake_timeout_s of the daemons here
 
 
 async def _closed_by_server(daemon: Daemon, trickle: bytes = b"", every_s: float = 0.0) -> tuple[bytes, int]:
-    """Open a raw connection, send ``trickle`` one byte per ``every_s``; return what the server
-    answered before it closed the connection and how many bytes had been sent by then."""
+    """Open a raw connection, send ``trickle`` one byte per ``every_s`` seconds of the loop's
+    clock; return what the server answered before it closed the connection and how many bytes
+    had been sent by then."""
     reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
     sent = 0
 
     async def drip() -> None:
         nonlocal sent
-        for i in range(len(trickle)):
-            writer.write(trickle[i : i + 1])
-            await writer.drain()
-            sent += 1
-            await asyncio.sleep(every_s)  # the slow client under test: it paces itself
+        with contextlib.suppress(ConnectionError):  # the server dropped it
+            for i in range(len(trickle)):
+                writer.write(trickle[i : i + 1])
+                await writer.drain()
+                sent += 1
+                advance(every_s)  # the slow client under test: a byte per interval
+                await asyncio.sleep(0)
 
     dripping = asyncio.create_task(drip())
     try:
         async with asyncio.timeout(30):  # far beyond the deadline: only a missing one reaches it
             answer = await reader.read()
+    except ConnectionResetError:  # dropped while the client was still sending: nothing answered
+        answer = b""
     finally:
         dripping.cancel()
         writer.close()
@@ -58,13 +66,23 @@ async def test_a_client_that_sends_nothing_is_dropped_at_the_handshake_deadline(
         assert answer == b""
 
 
+UPGRADE = (
+    b"GET /v1/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+)
+
+
+@pytest.mark.parametrize("request_line", [b"GET /healthz HTTP/1.1\r\nHost: x\r\n", UPGRADE], ids=["http", "upgrade"])
 @on_clock_loop
-async def test_a_client_sending_headers_a_byte_at_a_time_is_dropped() -> None:
-    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 400 + b"\r\n\r\n"
+async def test_a_client_sending_headers_a_byte_at_a_time_is_dropped(request_line: bytes) -> None:
+    """Slowloris: 0.1 s a byte, so the head would take 40 s; the deadline is 0.4 s (of the
+    loop's clock, which the client moves as it sends, and nothing waits for in real time)."""
+    head = request_line + b"X-Slow: " + b"a" * 400 + b"\r\n\r\n"
     async with running_daemon(TimedRecognizer(), handshake_timeout_s=DEADLINE) as daemon:
-        answer, sent = await _closed_by_server(daemon, head, every_s=0.02)
+        answer, sent = await _closed_by_server(daemon, head, every_s=0.1)
         assert answer == b""
         assert sent < len(head), "dropped before the headers were complete"
+        assert not daemon.ctx.sessions
         async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{daemon.port}/healthz") as r:
             assert r.status == 200  # a well-behaved client still gets through
 
@@ -80,14 +98,25 @@ async def _raw_request(daemon: Daemon, head: bytes) -> bytes:
 
 
 @on_clock_loop
-async def test_oversized_request_lines_and_headers_get_a_4xx() -> None:
+async def test_oversized_request_lines_and_headers_get_400() -> None:
+    """Over 8190 bytes in the request line or a header, or over 100 headers (on an upgrade to a
+    WebSocket too): 400, before any handler runs. Just under the limits, the request is served."""
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
     async with running_daemon(TimedRecognizer()) as daemon:
         line = await _raw_request(daemon, b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
         header = await _raw_request(daemon, b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 10_000 + b"\r\n\r\n")
-        many = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
         headers = await _raw_request(daemon, b"GET / HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
-    for answer in (line, header, headers):
-        assert re.match(rb"HTTP/1\.[01] 4\d\d ", answer), answer[:80]
+        upgrade = await _raw_request(daemon, UPGRADE + b"X-Big: " + b"b" * 10_000 + b"\r\n\r\n")
+        near = await _raw_request(daemon, b"GET /" + b"a" * 8000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert not daemon.ctx.sessions
+    for answer, says in [
+        (line, b"8190 bytes"),
+        (header, b"8190 bytes"),
+        (headers, b"Too many headers"),
+        (upgrade, b"8190 bytes"),
+    ]:
+        assert re.match(rb"HTTP/1\.[01] 400 ", answer) and says in answer, answer[:200]
+    assert re.match(rb"HTTP/1\.[01] 404 ", near), near[:200]
 
 
 def _form(**fields: Any) -> aiohttp.FormData:

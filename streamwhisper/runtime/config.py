@@ -24,7 +24,7 @@ class ServerConfig:
     tls_cert: str = ""
     tls_key: str = ""
     max_sessions: int = 16
-    max_message_bytes: int = 1_048_576  # a larger frame closes the session with 1009
+    max_message_bytes: int = 1_048_576  # a larger message is refused unread (message_too_big, 1009)
     max_session_s: float = 14_400.0  # session duration limit (4 h); 0 = none
     idle_timeout_s: float = 60.0  # no message for this long ends the session; 0 = never
     # Messages waiting for a client that does not read; beyond this the session is closed (1008).

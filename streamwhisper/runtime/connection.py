@@ -12,8 +12,8 @@ from typing import Protocol
 
 
 class ConnectionClosed(Exception):
-    """The connection is closed: the client left, or the transport closed it (a message over
-    the transport's own size limit, a missed keepalive)."""
+    """The connection is closed: the client left, or the transport closed it (a malformed
+    frame, a missed keepalive)."""
 
 
 class Connection(Protocol):
@@ -24,7 +24,9 @@ class Connection(Protocol):
     headers: Mapping[str, str]  # the upgrade request's headers (case-insensitive)
 
     async def receive(self) -> str | bytes:
-        """The next message; raises :class:`ConnectionClosed` once the connection is closed."""
+        """The next message; raises :class:`ConnectionClosed` once the connection is closed, and
+        :class:`~streamwhisper.errors.ProtocolError` (``message_too_big``, 1009) for a message
+        over the server's ``max_message_bytes``, which is refused without being read."""
         ...
 
     async def send(self, text: str) -> None:

@@ -22,6 +22,7 @@ import json
 import logging
 import secrets
 import signal
+import time
 from collections.abc import Callable
 from importlib.resources import files
 from typing import Any
@@ -85,10 +86,17 @@ class Daemon:
         streaming: the settings every session's Streamer starts from.
         recognizer: the model behind the Recognizer seam; only the worker thread calls it.
         model_name: the model's name, reported to clients; the only model they may ask for.
+        clock: monotonic seconds for lags, utilisation and latencies; the event loop's clock
+            (asyncio's is ``time.monotonic``), so that they agree with the limits' timers.
     """
 
     def __init__(
-        self, server: ServerConfig, streaming: StreamingConfig, recognizer: Recognizer, model_name: str
+        self,
+        server: ServerConfig,
+        streaming: StreamingConfig,
+        recognizer: Recognizer,
+        model_name: str,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.server = server
         self.metrics = Metrics()
@@ -98,8 +106,9 @@ class Daemon:
             # one request per stream, and one per upload being transcribed
             max_pending=4 * server.max_sessions + server.max_uploads,
             on_batch=self.metrics.observe_batch,
+            clock=clock,
         )
-        self.ctx = ServerContext(server, streaming, worker, self.metrics, model_name, asyncio.Event())
+        self.ctx = ServerContext(server, streaming, worker, self.metrics, model_name, asyncio.Event(), clock=clock)
         # path -> a factory of per-session dialects (compatible protocols keep per-session state)
         self._dialects: dict[str, Callable[[], Dialect]] = {
             native.STREAM_PATH: native.NativeDialect,
@@ -209,7 +218,7 @@ class Daemon:
                 return text_response(404, "no WebSocket endpoint here (use /v1/stream)\n")
             ws = websocket_response(self.server)
             await ws.prepare(request)
-            await self._session(WebSocketConnection(request, ws), factory())
+            await self._session(WebSocketConnection(request, ws, self.server.max_message_bytes), factory())
             return ws
         rest = self.rest.handler(request.method, path)
         if rest is not None:

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ServerContext:
-    """What every session shares: settings, the worker, metrics and the shutdown signal."""
+    """What every session shares: settings, the worker, metrics, the shutdown signal, the clock."""
 
     server: ServerConfig
     streaming: StreamingConfig
@@ -50,6 +51,8 @@ class ServerContext:
     model_name: str
     shutdown: asyncio.Event
     sessions: set[Session] = dataclasses.field(default_factory=set)
+    # seconds for lags and latencies: the event loop's clock, which the limits' timers run on
+    clock: Callable[[], float] = time.monotonic
 
     def mean_lag(self) -> float:
         lags = [s.lag for s in self.sessions]
@@ -101,7 +104,7 @@ class Session:
     def lag(self) -> float:
         """Seconds the transcript lags the audio: the last measured lag while requests keep coming
         (or longer, while one is stuck at the worker); 0 once the session went quiet."""
-        now = time.monotonic()
+        now = self.ctx.clock()
         waiting = 0.0
         pump = self._pump
         if pump is not None and pump.inflight is not None:
@@ -168,7 +171,6 @@ class Session:
 
     async def _read_loop(self) -> None:
         idle = self.ctx.server.idle_timeout_s or None
-        limit = self.ctx.server.max_message_bytes
         while True:
             try:
                 async with asyncio.timeout(idle):
@@ -182,10 +184,9 @@ class Session:
             except ConnectionClosed:
                 self._gone = True
                 raise _Ended("client_gone", wire.CLOSE_NORMAL) from None
+            except ProtocolError as exc:  # the connection refused a message unread (over max_message_bytes)
+                raise _Ended(exc.kind, exc.code, exc) from None
             try:
-                if len(message) > limit:
-                    text = f"message of {len(message)} bytes is over the limit of {limit}"
-                    raise ProtocolError(text, wire.CLOSE_TOO_BIG, "message_too_big")
                 if isinstance(message, bytes):
                     self._on_audio(message)
                 elif self._on_text(message):
@@ -262,14 +263,14 @@ class Session:
         self._received += seconds
         self.info.audio_seconds = self._received
         self.ctx.metrics.add_audio(seconds)
-        self._arrivals.append((self._received, time.monotonic()))
+        self._arrivals.append((self._received, self.ctx.clock()))
         self._pump.feed(samples)
 
     # -- what the pump reports (PumpObserver) --------------------------------------------------
 
     def result(self, request: RecognitionRequest, outcome: Outcome) -> None:
         if isinstance(outcome, Hypothesis):
-            self._adapt(time.monotonic() - self._arrival(request.end))
+            self._adapt(self.ctx.clock() - self._arrival(request.end))
         elif outcome is not None:
             self.ctx.metrics.errors.labels("recognition_failed").inc()
 
@@ -280,7 +281,7 @@ class Session:
         """Longer steps (fewer requests, fewer partials) while the transcript lags the audio."""
         assert self._pump is not None
         streamer = self._pump.streamer
-        self._lag, self._lag_at = lag, time.monotonic()
+        self._lag, self._lag_at = lag, self.ctx.clock()
         server, streaming = self.ctx.server, self.ctx.streaming
         high = min(server.max_step_s, streaming.max_window_s - streaming.force_commit_s)
         step = streamer.step_s
@@ -292,7 +293,7 @@ class Session:
             new = max(step / 1.5, streaming.min_step_s)
         else:
             new = step
-        now = time.monotonic()
+        now = self.ctx.clock()
         if new != step or (lag > server.degrade_lag_s and now - self._last_status > 5.0):
             streamer.step_s = new
             self._last_status = now
@@ -302,7 +303,7 @@ class Session:
         """When the audio up to ``audio_s`` had been received (monotonic seconds)."""
         arrivals = self._arrivals
         if not arrivals:
-            return time.monotonic()
+            return self.ctx.clock()
         i = bisect.bisect_left(arrivals, audio_s - 1e-6, key=lambda a: a[0])
         return arrivals[min(i, len(arrivals) - 1)][1]
 
@@ -331,7 +332,7 @@ class Session:
     # -- output ---------------------------------------------------------------------------------
 
     def _emit(self, events: list[Event]) -> None:
-        now = time.monotonic()
+        now = self.ctx.clock()
         for event in events:
             if isinstance(event, Error):
                 self._send(self.dialect.error(event.code, event.message))

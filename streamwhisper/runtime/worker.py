@@ -55,10 +55,11 @@ class WorkerStats:
     failures: int = 0
     last_batch: int = 0
     recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=256))  # (start, end)
+    clock: Callable[[], float] = time.monotonic
 
     def utilization(self, window_s: float = 5.0) -> float:
         """Fraction of the last ``window_s`` seconds the worker spent recognising."""
-        now = time.monotonic()
+        now = self.clock()
         since = now - window_s
         busy = sum(min(end, now) - max(start, since) for start, end in list(self.recent) if end > since)
         return min(busy / window_s, 1.0)
@@ -72,6 +73,7 @@ class InferenceWorker:
         max_batch: most requests per batch.
         max_pending: most requests waiting; more raise :class:`SchedulerFull`.
         on_batch: called on the worker thread after each batch with (size, seconds, waits).
+        clock: monotonic seconds for waits and utilisation (read on the worker thread).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class InferenceWorker:
         max_batch: int = 16,
         max_pending: int = 256,
         on_batch: Callable[[int, float, list[float]], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._recognizer = recognizer
         self._max_batch = max_batch
@@ -91,7 +94,8 @@ class InferenceWorker:
         self._counter = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self.stats = WorkerStats()
+        self._clock = clock
+        self.stats = WorkerStats(clock=clock)
 
     @property
     def pending(self) -> int:
@@ -112,7 +116,7 @@ class InferenceWorker:
                 raise SchedulerFull(f"{len(self._queue)} requests waiting")
             self._counter += 1
             kind = 2 if request.bulk else 0 if request.urgent else 1
-            job = _Job((kind, self._counter), request, done, loop, time.monotonic())
+            job = _Job((kind, self._counter), request, done, loop, self._clock())
             self._queue.append(job)
             self._cond.notify()
         return job
@@ -143,22 +147,22 @@ class InferenceWorker:
             return batch
 
     def _run(self) -> None:
-        trimmed = time.monotonic()
+        trimmed = self._clock()
         while (batch := self._take()) is not None:
-            if time.monotonic() - trimmed > TRIM_EVERY_S:  # windows of many sizes come and go:
+            if self._clock() - trimmed > TRIM_EVERY_S:  # windows of many sizes come and go:
                 release_free_memory()  # keep the allocator's free pages from piling up
-                trimmed = time.monotonic()
+                trimmed = self._clock()
             live = [job for job in batch if not job.cancelled]
             if not live:
                 continue
-            began = time.monotonic()
+            began = self._clock()
             try:
                 results: list[Hypothesis] | BaseException = self._recognizer.recognize([j.request for j in live])
             except Exception as exc:  # a failed batch fails its requests, never the worker
                 logger.exception("recognition failed for a batch of %d", len(live))
                 results = exc
                 self.stats.failures += 1
-            took = time.monotonic() - began
+            took = self._clock() - began
             self.stats.requests += len(live)
             self.stats.batches += 1
             self.stats.busy_seconds += took
