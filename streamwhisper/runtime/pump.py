@@ -12,11 +12,16 @@ dropped or refused request is abandoned (its audio is covered by the next one, a
 request closes its utterance from what was heard before). The pump itself has no clock and no
 event loop: the scheduler decides where and when a request runs and calls ``done`` with its
 outcome (on the event loop, for the worker).
+
+A mark (:meth:`Pump.mark`) tells its caller when every utterance that had ended has been closed,
+so that a protocol with turns (a client's commit, a VAD endpoint) knows its turn's last final
+was handed on.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -91,6 +96,7 @@ class Pump:
         self._job: Job | None = None
         self._ticket = 0  # numbers submissions, so a late outcome of a dropped request is ignored
         self._closed = False
+        self._marks: deque[tuple[int, Callable[[], None]]] = deque()  # (utterances to close, callback)
 
     @property
     def inflight(self) -> RecognitionRequest | None:
@@ -117,6 +123,13 @@ class Pump:
         """End of the stream: what was heard becomes finals as its requests come back."""
         self._emit(self.streamer.flush())
         self._advance()
+
+    def mark(self, then: Callable[[], None]) -> None:
+        """Call ``then`` once every utterance that has ended so far is closed: its events (its
+        last final included) were handed on. Marks are called in the order they were made; a
+        mark with nothing to wait for is called now. The caller bounds how many it makes."""
+        self._marks.append((self.streamer.utterances[0], then))
+        self._call_marks()
 
     def close(self) -> None:
         """Stop driving: the request at the scheduler is cancelled and nothing more submitted."""
@@ -162,5 +175,12 @@ class Pump:
         self._advance()
 
     def _emit(self, events: list[Event]) -> None:
+        """Hand on the events of one step of the streamer, then the marks that step completed."""
         if events:
             self._on_events(events)
+        self._call_marks()
+
+    def _call_marks(self) -> None:
+        closed = self.streamer.utterances[1]
+        while self._marks and self._marks[0][0] <= closed and not self._closed:
+            self._marks.popleft()[1]()

@@ -80,6 +80,7 @@ class Streamer:
         self._heard_to = 0  # end of its last window whose hypothesis came back
         self._speech_end: int | None = None  # its last voiced sample, once the VAD ended it
         self._paused_at = -1  # where the pause that had its request began
+        self._begun = 0  # utterances begun so far
 
     @property
     def time(self) -> float:
@@ -114,6 +115,12 @@ class Streamer:
     def finished(self) -> bool:
         """True after :meth:`flush` once every request has been completed."""
         return self._flushed and not self._active and self._inflight is None
+
+    @property
+    def utterances(self) -> tuple[int, int]:
+        """(ended, closed): utterances whose end is set (VAD, finalize, flush); those whose finals all came."""
+        ended = self._begun - (self._active and self._endpoint_at is None) + (self._next_end is not None)
+        return ended, self._begun - self._active - (self._inflight is not None and self._inflight.endpoint)
 
     @property
     def audio(self) -> AudioWindow:
@@ -310,6 +317,7 @@ class Streamer:
 
     def _begin(self, start: int) -> None:
         self._active = True
+        self._begun += 1
         self._endpoint_at = self._next_start = self._next_end = None
         self._last_request_end = self._utterance_start = start
         self._heard_to, self._speech_end = 0, None
