@@ -205,3 +205,18 @@ def test_a_mark_waits_for_an_utterance_that_ends_without_text_and_for_a_queued_o
     assert seen[-1] == (2, 2) and (1, 1) in seen, seen
     assert all(marks == closed for marks, closed in seen), "each mark came when its utterance closed"
     assert not h.of_type(Final)
+
+
+def test_a_finalize_while_an_utterance_waits_behind_an_ended_one_ends_it_as_it_begins() -> None:
+    h = Harness(spans=[(0.0, 2.0), (2.7, 10.0)])
+    h.feed(3.5)  # the VAD ended the first utterance, whose request of 1.5 s is out; the second speaks
+    assert h.pump.streamer.speaking and h.pump.streamer.utterances == (1, 0)
+    h.pump.finalize()  # the streamer cannot end the second yet: it has not begun
+    h.pump.mark(lambda: h.events.append(MARK))
+    while MARK not in h.events:
+        h.answer(len(h.scheduler.jobs) - 1)
+    first, second = [job.request for job in h.scheduler.jobs if job.request.endpoint]
+    assert first.end == pytest.approx(2.5, abs=0.05) and second.end == pytest.approx(3.5, abs=0.01)
+    closing = h.events[h.events.index(MARK) - 1]
+    assert isinstance(closing, Final) and closing.endpoint and closing.end <= 3.5
+    assert h.pump.streamer.utterances == (2, 2), "the mark waited for both"
