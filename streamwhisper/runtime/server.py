@@ -1,9 +1,9 @@
 """The daemon: admission control, routing, health/metrics and graceful shutdown.
 
 One port (aiohttp, :mod:`.http`) serves everything: WebSocket streams (``/v1/stream``, native
-protocol; ``/v1/listen``, Deepgram-compatible; ``/``, vosk-server-compatible), OpenAI-compatible
-REST (``/v1/audio/transcriptions``, ``/v1/audio/translations``, ``/v1/models``:
-:mod:`.openai_rest`), ``GET /healthz``,
+protocol; ``/v1/listen``, Deepgram-compatible; ``/``, vosk-server-compatible; ``/v1/realtime``,
+OpenAI Realtime transcription), OpenAI-compatible REST (``/v1/audio/transcriptions``,
+``/v1/audio/translations``, ``/v1/models``: :mod:`.openai_rest`), ``GET /healthz``,
 ``GET /readyz`` (free capacity; 503 when full or overloaded), ``GET /metrics`` (Prometheus) and
 the browser captioning page at ``/``. Sessions that break the protocol, exceed a limit or are
 refused get an ``error`` message and a close code; the server keeps serving everyone else.
@@ -32,7 +32,7 @@ from streamwhisper.streaming.config import StreamingConfig
 from . import wire
 from .config import ServerConfig
 from .connection import Connection
-from .dialects import Dialect, deepgram, native, vosk
+from .dialects import Dialect, deepgram, native, openai_realtime, vosk
 from .http import HttpFront, WebSocketConnection, check_token, text_response, websocket_response
 from .metrics import Metrics
 from .openai_rest import OpenAIRest
@@ -97,6 +97,7 @@ class Daemon:
             native.STREAM_PATH: native.NativeDialect,
             deepgram.LISTEN_PATH: deepgram.DeepgramDialect,  # Deepgram live streaming
             vosk.PATH: vosk.VoskDialect,  # vosk-server (WebSocket on /; plain GET / is the page)
+            openai_realtime.PATH: openai_realtime.RealtimeDialect,  # OpenAI Realtime transcription
         }
         self.rest = OpenAIRest(self.ctx, recognizer)
         self._web = _web_files() if server.web_page else {}
