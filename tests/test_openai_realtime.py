@@ -252,6 +252,31 @@ async def test_server_vad_announces_commits_and_completes_each_utterance(jfk_aud
 
 @FAST
 @on_clock_loop
+async def test_a_commit_inside_server_vad_speech_ends_that_turn_there(jfk_audio: np.ndarray) -> None:
+    async with running_daemon(TimedRecognizer()) as daemon, connect(realtime_url(daemon)) as ws:
+        await recv_json(ws)
+        await append(ws, pcm24(jfk_audio[: 2 * SR]))
+        await ws.send(COMMIT)
+        events = await until(ws, COMPLETED)
+        await append(ws, pcm24(np.concatenate([jfk_audio[2 * SR :], np.zeros(SR, np.float32)])))
+        await ws.send(update({}))
+        events += await until(ws, "session.updated")
+        while sum(m["type"] == COMMITTED for m in events) > sum(m["type"] == COMPLETED for m in events):
+            events.append(await recv_json(ws))
+    started = [m for m in events if m["type"] == "input_audio_buffer.speech_started"]
+    committed = [m["item_id"] for m in events if m["type"] == COMMITTED]
+    stopped = [m["item_id"] for m in events if m["type"] == "input_audio_buffer.speech_stopped"]
+    assert committed[0] == started[0]["item_id"] and committed[0] not in stopped, "the commit was its turn's end"
+    assert stopped == committed[1:], "the VAD ends the turns after it"
+    transcripts = check_items(events)
+    first = numbers(transcripts[committed[0]])
+    assert first and max(first) <= 3, "the first item holds the words of its 2 s"
+    words = [n for item in committed for n in numbers(transcripts[item])]
+    assert words == sorted(set(words)) and words[-1] >= 19
+
+
+@FAST
+@on_clock_loop
 async def test_session_updates_keep_what_they_leave_out_and_beta_is_answered_in_its_shape(
     jfk_audio: np.ndarray,
 ) -> None:

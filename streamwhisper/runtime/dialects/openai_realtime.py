@@ -93,6 +93,8 @@ class RealtimeDialect:
         self._open: _Item | None = None  # the item audio goes to now
         self._pending: deque[_Item] = deque()  # committed or cleared, waiting for their mark
         self._previous: str | None = None  # the last committed item
+        self._speaking = False  # between the VAD's SpeechStarted and SpeechEnded
+        self._stop_committed = False  # a client's commit inside speech took the VAD turn's place
         self._event_id: str | None = None  # the client event being handled
         self._handlers: Mapping[str, Callable[[dict[str, Any]], Any]] = {
             "session.update": lambda d: self._update(update_ga(self.config, d.get("session"), self._served), False),
@@ -193,6 +195,7 @@ class RealtimeDialect:
                 f"of audio, but buffer only has {buffered:.2f}ms of audio.",
             )
         self._check_pending()
+        self._stop_committed = self.config.vad and self._speaking  # no speech_stopped for it then
         return wire.Reply(tuple(self._commit_open(self._clock))), wire.Finalize()
 
     def _clear(self) -> wire.ClientMessage | tuple[wire.ClientMessage, ...]:
@@ -224,6 +227,8 @@ class RealtimeDialect:
     def event(self, event: Event, session: SessionInfo) -> Texts:
         if isinstance(event, Final):
             return self._final(event)
+        if isinstance(event, SpeechStarted | SpeechEnded):
+            self._speaking = isinstance(event, SpeechStarted)
         if isinstance(event, SpeechStarted) and self.config.vad:
             item = self._current()
             item.announced = True
@@ -235,6 +240,9 @@ class RealtimeDialect:
             started = self._event("input_audio_buffer.speech_started", audio_start_ms=start_ms, item_id=item.id)
             return [started, *self._deltas(item)]
         if isinstance(event, SpeechEnded) and self.config.vad:
+            if self._stop_committed:  # the client's commit inside this speech was its turn's end
+                self._stop_committed = False
+                return None
             item = self._current()
             stopped = self._event(
                 "input_audio_buffer.speech_stopped", audio_end_ms=round(event.time * 1000), item_id=item.id
@@ -242,7 +250,7 @@ class RealtimeDialect:
             texts = [stopped, *self._commit_open(event.time)]
             item.vad_end = True
             return texts
-        return None  # partials; and the VAD's events with manual turns
+        return None  # partials; the VAD's events with manual turns
 
     def audio(self, session: SessionInfo) -> None:
         return None
