@@ -88,8 +88,8 @@ class RealtimeDialect:
         self._updated_type = "session.updated"
         self._ids = itertools.count(1)
         self._audio_started = False
-        self._clock = 0.0  # seconds of audio appended
-        self._buffer_start = 0.0  # where the uncommitted audio began
+        self._appended = 0  # bytes of audio (the format is fixed from the first append on)
+        self._uncommitted = 0  # of which since the last commit or clear
         self._open: _Item | None = None  # the item audio goes to now
         self._pending: deque[_Item] = deque()  # committed or cleared, waiting for their mark
         self._previous: str | None = None  # the last committed item
@@ -183,11 +183,12 @@ class RealtimeDialect:
         self._audio_started = True
         if self._open is None:
             self._open = _Item(self._new_id("item"), self._clock)
-        self._clock += len(raw) / self.config.bytes_per_second
+        self._appended += len(raw)
+        self._uncommitted += len(raw)
         return wire.Audio(raw)
 
     def _commit(self) -> tuple[wire.ClientMessage, ...]:
-        buffered = (self._clock - self._buffer_start) * 1000
+        buffered = self._uncommitted * 1000 / self.config.bytes_per_second
         if buffered < MIN_COMMIT_MS:
             raise RealtimeError(
                 "input_audio_buffer_commit_empty",
@@ -200,7 +201,7 @@ class RealtimeDialect:
 
     def _clear(self) -> wire.ClientMessage | tuple[wire.ClientMessage, ...]:
         cleared = wire.Reply((self._event("input_audio_buffer.cleared"),))
-        self._buffer_start = self._clock
+        self._uncommitted = 0
         item, self._open = self._open, None
         if item is None:
             return cleared
@@ -214,6 +215,11 @@ class RealtimeDialect:
             raise RealtimeError(
                 "too_many_pending_items", f"{MAX_PENDING_ITEMS} items are still being transcribed; try again later"
             )
+
+    @property
+    def _clock(self) -> float:
+        """Seconds of audio appended."""
+        return self._appended / self.config.bytes_per_second
 
     # -- server -> client ---------------------------------------------------------------------
 
@@ -292,7 +298,7 @@ class RealtimeDialect:
     def _commit_open(self, end: float) -> list[str]:
         """Commit the open item: ``committed`` and the deltas it held; its mark is asked for."""
         item = self._current()
-        self._open, self._buffer_start = None, self._clock
+        self._open, self._uncommitted = None, 0
         item.end, item.cut, item.committed = end, end, True
         self._wait_for(item)
         out = [self._event("input_audio_buffer.committed", previous_item_id=self._previous, item_id=item.id)]
