@@ -28,6 +28,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from benchmarks.scoring import word_error_rate
 from streamwhisper.audio.convert import float32_to_pcm, resample
+from streamwhisper.runtime.dialects import openai_realtime
 from streamwhisper.runtime.server import Daemon
 
 JFK = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
@@ -215,6 +216,30 @@ async def test_each_commit_is_an_item_whose_words_are_those_of_its_audio(jfk_aud
     assert one == list(range(len(one))) and max(one) <= 9, "the first turn holds the words of its 5 s"
     assert two == list(range(len(one), len(one) + len(two))) and max(two) >= 19
     assert [m["usage"]["seconds"] for m in events if m["type"] == COMPLETED] == [5.0, 6.0]
+
+
+@FAST
+@on_clock_loop
+async def test_an_item_never_committed_is_committed_by_the_server_once_its_text_is_long(
+    jfk_audio: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(openai_realtime, "MAX_ITEM_CHARS", 20)  # about seven of the fake words
+    recognizer = TimedRecognizer()
+    async with running_daemon(recognizer) as daemon, connect(realtime_url(daemon)) as ws:
+        await manual_session(ws)
+        recognizer.hold()  # every result comes after the last message
+        await append(ws, pcm24(jfk_audio))
+        await ws.send(update({}))
+        events = await until(ws, "session.updated")
+        recognizer.release()
+        events += await until(ws, COMPLETED)  # no commit from the client
+        await ws.send(COMMIT)
+        events += await until(ws, COMPLETED)
+    first, second = [m["item_id"] for m in events if m["type"] == COMMITTED]
+    transcripts = check_items(events)
+    assert len(transcripts[first]) > 20 and numbers(transcripts[second]), transcripts
+    words = numbers(transcripts[first]) + numbers(transcripts[second])
+    assert words == list(range(len(words))) and words[-1] >= 19
 
 
 @FAST

@@ -59,7 +59,7 @@ class SessionInfo:
     words: int = 0
     finals: int = 0
     # A dialect that must know when a turn's transcript is complete leaves a callback here (from
-    # parse or event). After each client message, and after the flush at the end of the stream,
-    # the session hands them to its Pump as marks: each is called once every utterance that had
-    # ended by then is closed (its last final was sent), and what it returns is sent.
+    # parse or event). After each client message, each batch of events and the flush at the end
+    # of the stream, the session hands them to its Pump as marks: each is called once every
+    # utterance that had ended by then is closed (its last final was sent); what it returns is sent.
     marks: list[Callable[[], Texts]] = field(default_factory=list)

@@ -55,6 +55,7 @@ from .realtime_config import FORMATS, MODEL_ALIASES, RealtimeConfig, RealtimeErr
 PATH = "/v1/realtime"
 MIN_COMMIT_MS = 100
 MAX_PENDING_ITEMS = 32  # committed or cleared items still waiting for their transcripts
+MAX_ITEM_CHARS = 100_000  # an open item with more text (over an hour of speech) is committed
 SERVER_ERRORS = frozenset({"internal_error", "shutting_down", "over_capacity", "overloaded", "recognition_failed"})
 
 
@@ -71,6 +72,7 @@ class _Item:
     committed: bool = False
     discard: bool = False  # cleared: its finals are dropped
     pieces: list[str] = field(default_factory=list)  # deltas, sent or held
+    chars: int = 0
     sent: int = 0
     failure: str | None = None
 
@@ -338,7 +340,12 @@ class RealtimeDialect:
             piece = piece if item.pieces else piece.lstrip()
             if piece and not item.discard:
                 item.pieces.append(piece)
+                item.chars += len(piece)
                 out += self._deltas(item) if item.committed or item.announced else []
+            if item is self._open and item.chars > MAX_ITEM_CHARS:  # what the server holds stays bounded
+                out += self._commit_open(event.end)  # the audio after the final's end stays uncommitted
+                self._uncommitted = max(self._appended - round(event.end * self.config.bytes_per_second), 0)
+                self._open = _Item(self._new_id("item"), event.end)
         return out
 
     def _owner(self, time: float) -> _Item:
