@@ -365,7 +365,7 @@ class Session:
                 else:
                     self.ctx.metrics.partial_latency.observe(latency)
             self._send(self.dialect.event(event, self.info), replaceable=isinstance(event, Partial))
-        self._take_marks()  # the events' own (the state they were made in is the pump's now)
+        self._take_marks()  # asked for while handling these events (a worker result may end a turn)
 
     def _send(self, texts: Texts, replaceable: bool = False) -> None:
         if texts is None or self._gone:
