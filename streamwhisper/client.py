@@ -30,7 +30,7 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from .audio.convert import float32_to_pcm_s16le
+from .audio.convert import float32_to_pcm
 from .errors import ProtocolError
 from .events import Error
 from .runtime.dialects.native import (
@@ -74,10 +74,8 @@ class StreamClient:
         """Send samples (float32 in [-1, 1], encoded as the session's encoding) or raw bytes."""
         if isinstance(audio, (bytes, bytearray, memoryview)):
             await self._ws.send(bytes(audio))
-        elif self._encoding == "pcm_f32le":
-            await self._ws.send(np.asarray(audio, dtype="<f4").tobytes())
         else:
-            await self._ws.send(float32_to_pcm_s16le(audio))
+            await self._ws.send(float32_to_pcm(audio, self._encoding))
 
     async def send(self, message: ClientMessage) -> None:
         """Send a control message; a :class:`ConfigMessage` (before any audio) also sets the

@@ -28,15 +28,15 @@ class Observer:
 
 
 class Harness:
-    """A pump over a stream that is speech from the first sample on."""
+    """A pump over a stream that is speech from the first sample on (or in ``spans``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spans: list[tuple[float, float]] | None = None) -> None:
         self.scheduler = ManualScheduler()
         self.events: list[Event] = []
         self.observer = Observer()
         self.finished = 0
         self.pump = Pump(
-            Streamer(vad=SpanVad([(0.0, 1e6)])),
+            Streamer(vad=SpanVad(spans or [(0.0, 1e6)])),
             self.scheduler,
             self.events.extend,
             observer=self.observer,
@@ -154,3 +154,69 @@ def test_on_finished_fires_when_the_last_result_produces_no_events() -> None:
     h.answer(len(h.scheduler.jobs) - 1, hyp([]))
     assert len(h.events) == seen, "the last result produced no events"
     assert h.finished == 1 and h.pump.finished
+
+
+MARK = Error("mark", "")  # what the tests' mark callbacks put into the event list
+
+
+def test_a_mark_after_finalize_comes_right_after_the_last_final_of_the_utterance() -> None:
+    h = Harness()
+    h.feed(2.0)
+    h.answer(0)
+    h.pump.finalize()
+    h.pump.mark(lambda: h.events.append(MARK))
+    assert MARK not in h.events, "the finalized utterance still waits for its endpoint request"
+    h.answer_until_endpoint()
+    assert MARK not in h.events
+    h.answer(len(h.scheduler.jobs) - 1)
+    final = h.events.index(MARK) - 1
+    assert isinstance(h.events[final], Final) and h.events[final].endpoint
+    assert h.events[final + 1 :] == [MARK]
+    h.feed(1.0)  # speech goes on: a new utterance, which the mark did not wait for
+    assert h.events.count(MARK) == 1
+
+
+def test_a_mark_with_nothing_ended_is_called_at_once_and_marks_keep_their_order() -> None:
+    h = Harness()
+    h.feed(1.0)
+    h.pump.mark(lambda: h.events.append(MARK))  # speech goes on, nothing has ended
+    assert h.events[-1] is MARK
+    h.pump.finalize()
+    order: list[int] = []
+    h.pump.mark(lambda: order.append(1))
+    h.pump.mark(lambda: order.append(2))
+    assert order == []
+    h.answer_until_endpoint()
+    h.answer(len(h.scheduler.jobs) - 1)
+    assert order == [1, 2]
+
+
+def test_a_mark_waits_for_an_utterance_that_ends_without_text_and_for_a_queued_one() -> None:
+    h = Harness(spans=[(0.0, 2.0), (2.7, 3.2)])  # two utterances; the second ends before the first closes
+    h.feed(2.6)  # the VAD ended the first (after 500 ms of quiet); its request of 1.5 s is still out
+    h.pump.mark(lambda: h.events.append(MARK))
+    h.feed(1.4)  # the second starts and ends meanwhile
+    assert h.pump.streamer.utterances == (2, 0)
+    h.pump.mark(lambda: h.events.append(MARK))
+    seen = []  # (marks called, utterances closed) after each answer
+    while h.pump.inflight is not None:
+        h.answer(len(h.scheduler.jobs) - 1, hyp([]))  # nothing heard: no final at all
+        seen.append((h.events.count(MARK), h.pump.streamer.utterances[1]))
+    assert seen[-1] == (2, 2) and (1, 1) in seen, seen
+    assert all(marks == closed for marks, closed in seen), "each mark came when its utterance closed"
+    assert not h.of_type(Final)
+
+
+def test_a_finalize_while_an_utterance_waits_behind_an_ended_one_ends_it_as_it_begins() -> None:
+    h = Harness(spans=[(0.0, 2.0), (2.7, 10.0)])
+    h.feed(3.5)  # the VAD ended the first utterance, whose request of 1.5 s is out; the second speaks
+    assert h.pump.streamer.speaking and h.pump.streamer.utterances == (1, 0)
+    h.pump.finalize()  # the streamer cannot end the second yet: it has not begun
+    h.pump.mark(lambda: h.events.append(MARK))
+    while MARK not in h.events:
+        h.answer(len(h.scheduler.jobs) - 1)
+    first, second = [job.request for job in h.scheduler.jobs if job.request.endpoint]
+    assert first.end == pytest.approx(2.5, abs=0.05) and second.end == pytest.approx(3.5, abs=0.01)
+    closing = h.events[h.events.index(MARK) - 1]
+    assert isinstance(closing, Final) and closing.endpoint and closing.end <= 3.5
+    assert h.pump.streamer.utterances == (2, 2), "the mark waited for both"

@@ -4,6 +4,7 @@ from the input, with docs/protocol.md's table of close codes)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -14,14 +15,14 @@ from urllib.parse import parse_qsl, urlencode
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from live_server import LiveServer
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from benchmarks.scoring import word_error_rate
-from streamwhisper.audio.convert import PCM_ENCODINGS, float32_to_pcm_s16le
+from streamwhisper.audio.convert import PCM_ENCODINGS, float32_to_pcm_s16le, resample
 from streamwhisper.audio.files import load_audio
 from streamwhisper.errors import ProtocolError
 from streamwhisper.runtime import wire
@@ -41,6 +42,7 @@ CLOSE_CODES = {
     "model_not_enabled": 1008,
     "message_too_big": 1009,
 }
+JFK = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
@@ -397,3 +399,215 @@ def test_malformed_uploads_get_openai_errors_and_live_streams_keep_their_transcr
         assert server.inspect(lambda d: d.uploads.active) == 0
         with urllib.request.urlopen(server.http + "/readyz", timeout=10) as r:  # still serving
             assert json.loads(r.read())["ready"]
+
+
+# --- the OpenAI Realtime endpoint -------------------------------------------------------------
+
+REALTIME_TYPES = {f"input_audio_buffer.{k}" for k in ("append", "commit", "clear")} | {"session.update"}
+COMMIT_EMPTY = "input_audio_buffer_commit_empty"
+
+
+def _append(audio: object) -> str:
+    return json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+
+
+def _session_update(session: dict[str, object]) -> str:
+    return json.dumps({"type": "session.update", "session": {"type": "transcription", **session}})
+
+
+# A step is (kind, client text[, error code]): an "event" gets the answer RealtimeState.expect
+# predicts, an "update" its own code, "format" switches to G.711 mu-law (refused once audio came
+# in another format); "big" and "huge" messages end the session.
+REALTIME_UPDATES = [  # (session, the error code the update must get; None: none)
+    ({"audio": {"input": {"format": {"type": "audio/opus"}}}}, "invalid_value"),
+    ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 8000}}}}, "invalid_value"),
+    ({"audio": {"input": {"transcription": {"model": "nope"}}}}, "model_not_found"),
+    ({"audio": {"input": {"transcription": {"language": "xx"}}}}, "invalid_value"),
+    ({"audio": {"input": {"turn_detection": {"type": "x"}}}}, "invalid_value"),
+    ({"audio": {"input": {"turn_detection": {"threshold": "high"}}}}, "invalid_value"),
+    ({"type": "realtime"}, "invalid_value"),
+    ({"include": "all"}, "invalid_value"),
+    ({"audio": {"input": {"noise_reduction": {"type": "far_field"}}}}, None),  # no stream setting changes
+]
+realtime_updates = st.sampled_from(REALTIME_UPDATES).map(lambda u: ("update", _session_update(u[0]), u[1]))
+TO_MULAW = ("format", _session_update({"audio": {"input": {"format": {"type": "audio/pcmu"}}}}), None)
+
+
+def _silence(n: int) -> tuple[str, str]:
+    return "event", _append(base64.b64encode(bytes(n)).decode())
+
+
+# every update, a turn, audio that is not whole samples, a format change after audio
+EVERY_KIND = [
+    *[("update", _session_update(session), code) for session, code in REALTIME_UPDATES],
+    _silence(2880),
+    _silence(2880),
+    ("event", json.dumps({"type": "input_audio_buffer.commit"})),
+    ("event", _append(base64.b64encode(b"odd").decode())),
+    TO_MULAW,
+]
+silence = st.sampled_from([0, 960, 2880]).map(_silence)
+realtime_actions = st.one_of(
+    st.text(max_size=60).map(lambda t: ("event", t)),  # mostly not JSON
+    json_values.map(lambda v: ("event", json.dumps(v))),  # JSON of any shape
+    st.text(max_size=30).map(lambda t: ("event", json.dumps({"type": t, "event_id": "x"}))),  # unknown types
+    st.binary(max_size=2000).map(lambda b: ("event", _append(base64.b64encode(b).decode()))),  # odd counts too
+    silence,
+    silence,  # twice as likely: two of them and a commit make a turn
+    st.text(max_size=40).map(lambda t: ("event", _append(t))),  # not base64, mostly
+    json_values.map(lambda v: ("event", _append(v))),  # audio that is not a string
+    st.sampled_from(["commit", "commit", "clear"]).map(
+        lambda k: ("event", json.dumps({"type": f"input_audio_buffer.{k}"}))
+    ),
+    st.just(("event", "[" * 3000)),  # deeply nested JSON
+    realtime_updates,
+    realtime_updates,
+    st.just(TO_MULAW),
+    st.integers(LIMIT + 1, 2 * LIMIT).map(lambda n: ("big", Big("x" * n))),  # over the size limit: the end
+    st.integers(4 * LIMIT + 1, 5 * LIMIT).map(lambda n: ("huge", Big("x" * n))),  # over aiohttp's own limit
+)
+realtime_queries = st.sampled_from(
+    [
+        *[("", None)] * 6,
+        ("&model=whisper-1&language=en", None),
+        ("&model=nope", ("model_not_enabled", 1008)),
+        ("&intent=conversation", ("unsupported_intent", 1003)),
+        ("&language=klingon", ("invalid_message", 1007)),
+    ]
+)
+
+
+class RealtimeState:
+    """What decides the answer to the next event: the audio format and the uncommitted bytes."""
+
+    def __init__(self) -> None:
+        self.width, self.rate, self.audio, self.uncommitted = 2, 24_000, False, 0
+
+    def expect(self, step: tuple) -> str | None:  # type: ignore[type-arg]
+        """The error code the server must answer ``step`` with (None: no error)."""
+        kind, text = step[0], step[1]
+        if kind == "update":
+            return step[2]  # type: ignore[no-any-return]
+        if kind == "format":  # to G.711 mu-law
+            if self.audio and self.width != 1:
+                return "session_update_after_audio"
+            self.width, self.rate = 1, 8000
+            return None
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return "invalid_json"
+        if not isinstance(data, dict):
+            return "invalid_json"
+        if not isinstance(data.get("type"), str):
+            return "invalid_event"
+        if data["type"] not in REALTIME_TYPES:
+            return "unknown_event"
+        if data["type"] == "input_audio_buffer.commit":
+            if self.uncommitted * 1000 / (self.width * self.rate) < 100:
+                return COMMIT_EMPTY
+            self.uncommitted = 0
+        elif data["type"] == "input_audio_buffer.clear":
+            self.uncommitted = 0
+        elif data["type"] == "input_audio_buffer.append":
+            if not isinstance(data.get("audio"), str):
+                return "invalid_event"
+            try:
+                audio = base64.b64decode(data["audio"], validate=True)
+            except ValueError:
+                return "invalid_base64"
+            if len(audio) % self.width:
+                return "invalid_audio"
+            self.audio = self.audio or bool(audio)
+            self.uncommitted += len(audio)
+        return None
+
+
+def run_realtime_session(url: str, query: str, steps: list[tuple]) -> tuple[list[dict], int | None]:  # type: ignore[type-arg]
+    """Manual turns, the steps, then an unknown event named "end"; every message up to the error
+    that names it (or to the close), and the close code (None while open)."""
+    messages: list[dict] = []
+    with connect(url + "/v1/realtime?intent=transcription" + query, max_size=None, close_timeout=10) as ws:
+        messages.append(json.loads(ws.recv()))
+        try:
+            if messages[0]["type"] != "error":  # not refused at the connection
+                ws.send(_session_update({"audio": {"input": {"turn_detection": None}}}))
+                for step in steps:
+                    ws.send(step[1])
+                ws.send(json.dumps({"type": "end", "event_id": "end"}))
+        except ConnectionClosed:  # the server closed the session: read what it sent before
+            pass
+        try:
+            while not (messages[-1]["type"] == "error" and messages[-1]["error"]["event_id"] == "end"):
+                messages.append(json.loads(ws.recv()))
+        except ConnectionClosed:
+            pass
+        return messages, ws.close_code
+
+
+def test_malformed_realtime_events_each_get_their_own_error_code(fuzz_server, jfk_audio) -> None:  # type: ignore[no-untyped-def]
+    server = fuzz_server
+    healthy: dict[str, object] = {}
+    good = threading.Thread(target=stream_realtime_speech, args=(server.url, jfk_audio, healthy))
+    good.start()
+
+    seen: set[str] = set()  # error codes and event types the fuzz met
+
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(query=realtime_queries, steps=st.lists(realtime_actions, min_size=1, max_size=6))
+    @example(query=("", None), steps=EVERY_KIND)
+    def fuzz(query: tuple[str, tuple[str, int] | None], steps: list[tuple]) -> None:  # type: ignore[type-arg]
+        messages, code = run_realtime_session(server.url, query[0], steps)
+        errors = [m["error"] for m in messages if m["type"] == "error"]
+        seen.update([m["type"] for m in messages] + [e["code"] for e in errors])
+        for error in errors:
+            assert set(error) == {"type", "code", "message", "param", "event_id"} and error["message"], error
+        if query[1] is not None:  # refused at the connection
+            assert [e["code"] for e in errors] == [query[1][0]] and code == query[1][1], (query, messages)
+            return
+        state = RealtimeState()
+        ending = next((step[0] for step in steps if step[0] in ("big", "huge")), None)
+        answered = steps[: [step[0] for step in steps].index(ending)] if ending else steps
+        expected = [code for code in map(state.expect, answered) if code is not None]
+        got = [e["code"] for e in errors]
+        if ending == "huge":  # aiohttp drops the connection: the answers before it may be lost
+            assert got == expected[: len(got)] and code in (1009, 1006), (steps, messages)
+        elif ending == "big":
+            assert got == [*expected, "message_too_big"] and code == 1009, (steps, messages)
+        else:
+            assert got == [*expected, "unknown_event"] and code is None, (steps, messages)
+
+    fuzz()
+    good.join(timeout=120)
+    codes = {"invalid_json", "invalid_event", "unknown_event", "invalid_base64", "invalid_audio", COMMIT_EMPTY}
+    codes |= {"invalid_value", "model_not_found", "session_update_after_audio", "message_too_big"}
+    assert codes | {"input_audio_buffer.committed", "input_audio_buffer.cleared"} <= seen, seen
+    completed = healthy["completed"]
+    assert isinstance(completed, list) and completed, healthy
+    text = " ".join(completed)
+    assert word_error_rate([JFK], [text]) <= 0.2, text
+    time.sleep(0.5)
+    assert server.inspect(lambda d: len(d.ctx.sessions)) == 0
+
+
+def stream_realtime_speech(url: str, speech: np.ndarray, out: dict[str, object]) -> None:
+    """A well-behaved Realtime client beside the fuzz: jfk at real time in 20 ms appends (each
+    within the fuzzed server's message limit), one commit; its completed transcripts in ``out``."""
+    pcm = float32_to_pcm_s16le(resample(speech, 16000, 24000))
+    with connect(url + "/v1/realtime?intent=transcription", close_timeout=10) as ws:
+        json.loads(ws.recv())
+        ws.send(_session_update({"audio": {"input": {"turn_detection": None}}}))
+        began = time.monotonic()
+        for i in range(0, len(pcm), 960):
+            ws.send(_append(base64.b64encode(pcm[i : i + 960]).decode()))
+            time.sleep(max(0.0, began + (i + 960) / 48000 - time.monotonic()))
+        ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        completed: list[str] = []
+        for raw in ws:
+            message = json.loads(raw)
+            if message["type"] == "error":
+                out["error"] = message
+            if message["type"] == "conversation.item.input_audio_transcription.completed":
+                completed.append(message["transcript"])
+                break
+    out["completed"] = completed

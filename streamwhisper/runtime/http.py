@@ -178,10 +178,10 @@ class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 def check_token(server: ServerConfig, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
     """Whether a request carries the configured token (``Authorization: Bearer`` or ``Token``,
-    or ``?token=``); compared in constant time. True when no token is configured."""
+    or ``?token=`` / ``?api_key=``); compared in constant time. True when no token is configured."""
     if not server.auth_token:
         return True
-    given = query.get("token", "")
+    given = query.get("token", "") or query.get("api_key", "")
     auth = headers.get("Authorization", "")
     if auth.lower().startswith(("bearer ", "token ")):
         given = auth.split(None, 1)[1].strip()

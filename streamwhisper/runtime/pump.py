@@ -12,11 +12,16 @@ dropped or refused request is abandoned (its audio is covered by the next one, a
 request closes its utterance from what was heard before). The pump itself has no clock and no
 event loop: the scheduler decides where and when a request runs and calls ``done`` with its
 outcome (on the event loop, for the worker).
+
+A mark (:meth:`Pump.mark`) tells its caller when every utterance that had ended has been closed,
+so that a protocol with turns (a client's commit, a VAD endpoint) knows its turn's last final
+was handed on.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -91,6 +96,8 @@ class Pump:
         self._job: Job | None = None
         self._ticket = 0  # numbers submissions, so a late outcome of a dropped request is ignored
         self._closed = False
+        self._finalize_owed = False  # a finalize the streamer could not take yet
+        self._marks: deque[tuple[int, Callable[[], None]]] = deque()  # (utterances to close, callback)
 
     @property
     def inflight(self) -> RecognitionRequest | None:
@@ -109,14 +116,27 @@ class Pump:
             self._advance()
 
     def finalize(self) -> None:
-        """The client says the utterance ended here (see :meth:`Streamer.finalize`)."""
-        self._emit(self.streamer.finalize())
+        """The client says the utterance ended here (see :meth:`Streamer.finalize`).
+
+        An utterance the streamer holds queued behind one that ended and waits for its last
+        request cannot be ended yet; it is ended as soon as it begins (where the audio is then).
+        """
+        self._finalize_owed = True
+        self._retry_finalize()
         self._advance()
 
     def flush(self) -> None:
         """End of the stream: what was heard becomes finals as its requests come back."""
+        self._finalize_owed = False
         self._emit(self.streamer.flush())
         self._advance()
+
+    def mark(self, then: Callable[[], None]) -> None:
+        """Call ``then`` once every utterance that has ended so far is closed: its events (its
+        last final included) were handed on. Marks are called in the order they were made; a
+        mark with nothing to wait for is called now. The caller bounds how many it makes."""
+        self._marks.append((self.streamer.utterances[0] + self._finalize_owed, then))
+        self._call_marks()
 
     def close(self) -> None:
         """Stop driving: the request at the scheduler is cancelled and nothing more submitted."""
@@ -129,6 +149,7 @@ class Pump:
         """Submit the request that is due, if none is at the scheduler."""
         while not self._closed and self._inflight is None:
             request = self.streamer.pending_request()
+            self._retry_finalize()  # an endpoint request begins the utterance queued behind it
             if request is None:
                 if self.streamer.finished and self._on_finished is not None:
                     on_finished, self._on_finished = self._on_finished, None
@@ -162,5 +183,23 @@ class Pump:
         self._advance()
 
     def _emit(self, events: list[Event]) -> None:
+        """Hand on the events of one step of the streamer, then the marks that step completed."""
         if events:
             self._on_events(events)
+        self._retry_finalize()
+        self._call_marks()
+
+    def _retry_finalize(self) -> None:
+        if not self._finalize_owed:
+            return
+        ended = self.streamer.utterances[0]
+        events = self.streamer.finalize()
+        # still owed only while an utterance the finalize could not end goes on (VAD in speech)
+        if self.streamer.utterances[0] > ended or not self.streamer.speaking:
+            self._finalize_owed = False
+            self._emit(events)
+
+    def _call_marks(self) -> None:
+        closed = self.streamer.utterances[1]
+        while self._marks and self._marks[0][0] <= closed and not self._closed:
+            self._marks.popleft()[1]()

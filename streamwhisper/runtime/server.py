@@ -1,10 +1,10 @@
 """The daemon: admission control, routing, health/metrics and graceful shutdown.
 
 One port (aiohttp, :mod:`.http`) serves everything: WebSocket streams (``/v1/stream``, native
-protocol; ``/v1/listen``, Deepgram-compatible; ``/``, vosk-server-compatible), OpenAI-compatible
-REST (``/v1/audio/transcriptions``, ``/v1/audio/translations``, ``/v1/models``:
-:mod:`.openai_rest`), Deepgram's pre-recorded ``POST /v1/listen`` (:mod:`.deepgram_prerecorded`),
-``GET /healthz``,
+protocol; ``/v1/listen``, Deepgram-compatible; ``/``, vosk-server-compatible; ``/v1/realtime``,
+OpenAI Realtime transcription), OpenAI-compatible REST (``/v1/audio/transcriptions``,
+``/v1/audio/translations``, ``/v1/models``: :mod:`.openai_rest`), Deepgram's pre-recorded
+``POST /v1/listen`` (:mod:`.deepgram_prerecorded`), ``GET /healthz``,
 ``GET /readyz`` (free capacity; 503 when full or overloaded), ``GET /metrics`` (Prometheus) and
 the browser captioning page at ``/``. Sessions that break the protocol, exceed a limit or are
 refused get an ``error`` message and a close code; the server keeps serving everyone else.
@@ -37,7 +37,7 @@ from . import deepgram_prerecorded, wire, wyoming_zeroconf
 from .config import ServerConfig
 from .connection import Connection
 from .deepgram_prerecorded import DeepgramPrerecorded
-from .dialects import Dialect, deepgram, native, vosk
+from .dialects import Dialect, deepgram, native, openai_realtime, vosk
 from .dialects.wyoming import model_languages
 from .http import HttpFront, WebSocketConnection, check_token, text_response, websocket_response
 from .metrics import Metrics
@@ -114,6 +114,7 @@ class Daemon:
             native.STREAM_PATH: native.NativeDialect,
             deepgram.LISTEN_PATH: deepgram.DeepgramDialect,  # Deepgram live streaming
             vosk.PATH: vosk.VoskDialect,  # vosk-server (WebSocket on /; plain GET / is the page)
+            openai_realtime.PATH: openai_realtime.RealtimeDialect,  # OpenAI Realtime transcription
         }
         model = ModelInfo.of(recognizer)
         self.uploads = UploadGate(server, self.ctx.shutdown, self.ctx.mean_lag)

@@ -13,6 +13,7 @@ import asyncio
 import bisect
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections import deque
@@ -31,7 +32,7 @@ from streamwhisper.streaming.streamer import Streamer
 from . import wire
 from .config import ServerConfig
 from .connection import Connection, ConnectionClosed
-from .dialects import Dialect, SessionInfo
+from .dialects import Dialect, SessionInfo, Texts
 from .metrics import Metrics
 from .outbox import Outbox
 from .pump import Outcome, Pump
@@ -191,13 +192,26 @@ class Session:
                     self._on_audio(message)
                 elif self._on_text(message):
                     return
+                self._take_marks()
             except ProtocolError as exc:
                 raise _Ended(exc.kind, exc.code, exc) from None
 
     def _on_text(self, text: str) -> bool:
-        """Handle a control message; True at end of stream."""
-        message = self.dialect.parse(text)
-        if isinstance(message, wire.ConfigMessage):
+        """Handle a control message (or the several it stands for); True at end of stream."""
+        parsed = self.dialect.parse(text)
+        eof = False
+        for message in parsed if isinstance(parsed, tuple) else (parsed,):
+            eof = self._on_message(message) or eof
+        return eof
+
+    def _on_message(self, message: wire.ClientMessage) -> bool:
+        if isinstance(message, wire.Audio):
+            self._on_audio(message.data)
+        elif isinstance(message, wire.Reply):
+            if message.error is not None:
+                self.ctx.metrics.errors.labels(message.error).inc()
+            self._send(message.texts)
+        elif isinstance(message, wire.ConfigMessage):
             if self._audio_started:
                 raise ProtocolError("a config message must come before any audio", wire.CLOSE_INVALID, "out_of_order")
             settings = wire.apply_settings(self.info.settings, message.settings)
@@ -212,6 +226,16 @@ class Session:
             self.ctx.metrics.errors.labels("unknown_message").inc()
             self._send(self.dialect.error("unknown_message", f"unknown message type {message.type!r}; ignored"))
         return False
+
+    def _take_marks(self) -> None:
+        """Hand the marks the dialect asked for (``SessionInfo.marks``) to the pump."""
+        marks, self.info.marks = self.info.marks, []
+        for then in marks:
+            assert self._pump is not None
+            self._pump.mark(functools.partial(self._send_answer, then))
+
+    def _send_answer(self, then: Callable[[], Texts]) -> None:
+        self._send(then())
 
     def _configure(self, settings: wire.SessionSettings) -> None:
         if settings.model is not None and settings.model != self.ctx.model_name:
@@ -316,6 +340,7 @@ class Session:
             with contextlib.suppress(StreamWhisperError):
                 self._feed(self._resampler.flush())
         pump.flush()
+        self._take_marks()
         if not pump.finished and not self.ctx.shutdown.is_set():
             # the client ended its stream: it gets every word it sent, however busy the worker
             # is; a shutdown meanwhile puts the deadline below on what is left
@@ -346,9 +371,12 @@ class Session:
                 else:
                     self.ctx.metrics.partial_latency.observe(latency)
             self._send(self.dialect.event(event, self.info), replaceable=isinstance(event, Partial))
+        self._take_marks()  # asked for while handling these events (a worker result may end a turn)
 
-    def _send(self, text: str | None, replaceable: bool = False) -> None:
-        if text is not None and not self._gone:
+    def _send(self, texts: Texts, replaceable: bool = False) -> None:
+        if texts is None or self._gone:
+            return
+        for text in (texts,) if isinstance(texts, str) else texts:
             self.outbox.put(text, replaceable)
 
     async def _write_loop(self) -> None:

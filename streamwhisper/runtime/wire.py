@@ -62,7 +62,7 @@ class SessionSettings:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(SessionSettings)}
 # Query parameters that are not settings (authentication is checked by the server).
-QUERY_IGNORED = frozenset({"token"})
+QUERY_IGNORED = frozenset({"token", "api_key"})
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -172,6 +172,24 @@ class Eof:
 
 
 @dataclass(frozen=True)
+class Audio:
+    """Audio carried inside a text message (base64 in JSON, decoded by the dialect): the session
+    feeds it exactly as it feeds a binary message."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A dialect's own answer to a client message (an acknowledgement, or an error after which
+    its protocol keeps the session open): the session sends ``texts`` and goes on. ``error``
+    names the error's kind for the metrics."""
+
+    texts: tuple[str, ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Unknown:
     """A message of a type this end does not know, from a newer peer: the server answers it with
     an error and goes on, the native client hands it on for its caller to skip."""
@@ -179,7 +197,7 @@ class Unknown:
     type: str
 
 
-ClientMessage: TypeAlias = ConfigMessage | Finalize | KeepAlive | Eof | Unknown
+ClientMessage: TypeAlias = ConfigMessage | Finalize | KeepAlive | Eof | Audio | Reply | Unknown
 
 
 def parse_json_object(text: str) -> dict[str, Any]:

@@ -1,13 +1,10 @@
 """The sans-I/O streaming core: samples in, events out, recognition handed out as requests.
 
-One :class:`Streamer` per audio stream. Its only clock is the number of samples fed. Audio flows
-VAD -> ring buffer -> (when a request is due) incremental log-mel -> :class:`RecognitionRequest`;
-the caller runs the recogniser (batched across streams, on its own thread) and hands each
-:class:`Hypothesis` back to :meth:`Streamer.complete`, which runs the commit policy.
-
+One :class:`Streamer` per audio stream; its only clock is the number of samples fed. Audio flows
+VAD -> ring buffer -> (when a request is due) incremental log-mel -> :class:`RecognitionRequest`.
 The runtime's :class:`~streamwhisper.runtime.pump.Pump` drives it: :meth:`feed` as audio
-arrives, :meth:`pending_request` for the request due now (it carries its window and whether it
-is an endpoint), :meth:`complete` or :meth:`abandon` when that request returns, :meth:`flush` at
+arrives, :meth:`pending_request` for the request due now, :meth:`complete` (the commit policy
+takes the :class:`Hypothesis`) or :meth:`abandon` when that request returns, :meth:`flush` at
 the end of the stream until :attr:`finished`.
 
 At most one request per stream is outstanding; a new one is due once ``step_s`` of new audio
@@ -79,6 +76,7 @@ class Streamer:
         self._heard_to = 0  # end of its last window whose hypothesis came back
         self._speech_end: int | None = None  # its last voiced sample, once the VAD ended it
         self._paused_at = -1  # where the pause that had its request began
+        self._begun = 0  # utterances begun so far
 
     @property
     def time(self) -> float:
@@ -113,6 +111,12 @@ class Streamer:
     def finished(self) -> bool:
         """True after :meth:`flush` once every request has been completed."""
         return self._flushed and not self._active and self._inflight is None
+
+    @property
+    def utterances(self) -> tuple[int, int]:
+        """(ended, closed): utterances whose end is set (VAD, finalize, flush); those whose finals all came."""
+        ended = self._begun - (self._active and self._endpoint_at is None) + (self._next_end is not None)
+        return ended, self._begun - self._active - (self._inflight is not None and self._inflight.endpoint)
 
     @property
     def audio(self) -> AudioWindow:
@@ -312,6 +316,7 @@ class Streamer:
 
     def _begin(self, start: int) -> None:
         self._active = True
+        self._begun += 1
         self._endpoint_at = self._next_start = self._next_end = None
         self._last_request_end = self._utterance_start = start
         self._heard_to, self._speech_end = 0, None

@@ -2,18 +2,23 @@
 
 A session speaks to its client only through its dialect: the dialect reads the client's text
 messages into the typed messages of :mod:`streamwhisper.runtime.wire` and writes events, status
-and errors in its protocol's format. One module per protocol: the native one (``wire``),
-Deepgram's (``deepgram``), vosk's (``vosk``) and Wyoming's (``wyoming``, on its own TCP port).
+and errors in its protocol's format. One module per protocol: the native one (``native``),
+Deepgram's (``deepgram``), vosk's (``vosk``), OpenAI's Realtime transcription
+(``openai_realtime``) and Wyoming's (``wyoming``, on its own TCP port).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias
 
 from streamwhisper.events import Event
 
 from .. import wire
+
+#: What a dialect sends: one message, several in order, or none.
+Texts: TypeAlias = str | Sequence[str] | None
 
 
 class Dialect(Protocol):
@@ -23,11 +28,13 @@ class Dialect(Protocol):
 
     def settings(self, query: dict[str, str]) -> wire.SessionSettings: ...
 
-    def parse(self, text: str) -> wire.ClientMessage: ...
+    def parse(self, text: str) -> wire.ClientMessage | tuple[wire.ClientMessage, ...]:
+        """One client text message as the typed message(s) it stands for, handled in order."""
+        ...
 
     def ready(self, session: SessionInfo) -> str | None: ...
 
-    def event(self, event: Event, session: SessionInfo) -> str | None: ...
+    def event(self, event: Event, session: SessionInfo) -> Texts: ...
 
     def audio(self, session: SessionInfo) -> tuple[str, bool] | None:
         """An answer to every audio frame (vosk's protocol), and whether a newer one may
@@ -38,7 +45,7 @@ class Dialect(Protocol):
 
     def status(self, lag_s: float, step_s: float) -> str | None: ...
 
-    def closed(self, session: SessionInfo, reason: str) -> str | None: ...
+    def closed(self, session: SessionInfo, reason: str) -> Texts: ...
 
 
 @dataclass
@@ -52,3 +59,8 @@ class SessionInfo:
     audio_seconds: float = 0.0
     words: int = 0
     finals: int = 0
+    # A dialect that must know when a turn's transcript is complete leaves a callback here (from
+    # parse or event). After each client message, each batch of events and the flush at the end
+    # of the stream, the session hands them to its Pump as marks: each is called once every
+    # utterance that had ended by then is closed (its last final was sent); what it returns is sent.
+    marks: list[Callable[[], Texts]] = field(default_factory=list)
