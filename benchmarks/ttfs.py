@@ -3,9 +3,10 @@
 A real ``streamwhisper serve`` process; each client streams eval read_en clips (one clip, one
 turn) at real time over one protocol and, per turn, measures:
 
-- ``finalize``: from the client's end-of-turn message, sent right after the clip's last sample
-  (native ``finalize``, Deepgram ``Finalize``, OpenAI Realtime ``input_audio_buffer.commit``,
-  Wyoming ``audio-stop``), to the final text of the turn;
+- ``finalize`` (``commit``, ``audio-stop``): from the client's end-of-turn message, sent right
+  after the clip's last sample (native ``finalize``, Deepgram ``Finalize``, OpenAI Realtime
+  ``input_audio_buffer.commit`` with manual turns, Wyoming ``audio-stop``), to the final text of
+  the turn;
 - ``endpoint``: the client keeps sending silence; from the end of the turn's last word (its time
   in the stream, when that audio was sent) to the final the server's own endpointing makes.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import functools
 import io
@@ -43,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._common import emit, shared_data_dir, table  # noqa: E402
 from benchmarks.load import pct, start_server  # noqa: E402
 from benchmarks.scoring import read_manifest  # noqa: E402
-from streamwhisper.audio.convert import float32_to_pcm_s16le  # noqa: E402
+from streamwhisper.audio.convert import float32_to_pcm_s16le, resample  # noqa: E402
 from streamwhisper.audio.files import load_audio  # noqa: E402
 from streamwhisper.bench import cpu_name  # noqa: E402
 
@@ -66,11 +68,15 @@ class Turn:
         return self.sent[-1][1]
 
 
-async def _paced(send: Callable[[bytes], Awaitable[None]], pcm: bytes, clock: list[float], turn: Turn) -> None:
-    """Send s16le audio at real time; ``clock`` = [stream seconds so far, start monotonic]."""
-    for i in range(0, len(pcm), 2 * CHUNK):
-        await send(pcm[i : i + 2 * CHUNK])
-        clock[0] += len(pcm[i : i + 2 * CHUNK]) / 32000
+async def _paced(
+    send: Callable[[bytes], Awaitable[None]], pcm: bytes, clock: list[float], turn: Turn, rate: int = 16000
+) -> None:
+    """Send s16le audio at real time in 100 ms messages; ``clock`` = [stream seconds so far,
+    start monotonic]."""
+    step = 2 * rate // 10
+    for i in range(0, len(pcm), step):
+        await send(pcm[i : i + step])
+        clock[0] += len(pcm[i : i + step]) / (2 * rate)
         turn.sent.append((clock[0], time.monotonic()))
         await asyncio.sleep(max(0.0, clock[1] + clock[0] - time.monotonic()))
 
@@ -173,6 +179,43 @@ DEEPGRAM = Live(
 )
 
 
+async def realtime_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
+    """OpenAI Realtime transcription with manual turns (LiveKit's local VAD + commit, Pipecat's
+    default): PCM16 at 24 kHz in ``input_audio_buffer.append``; TTFS from ``commit`` to the
+    item's ``...transcription.completed``."""
+    from websockets.asyncio.client import connect
+
+    out: list[float] = []
+    update = {
+        "type": "session.update",
+        "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}},
+    }
+    async with connect(base + "/v1/realtime?intent=transcription") as ws:
+        await ws.recv()  # session.created
+        await ws.send(json.dumps(update))
+
+        async def append(data: bytes) -> None:
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(data).decode()}))
+
+        clock = [0.0, time.monotonic()]
+        for audio in clips:
+            await _paced(append, float32_to_pcm_s16le(resample(audio, 16000, 24000)), clock, Turn(), rate=24000)
+            asked = time.monotonic()
+            await ws.send('{"type":"input_audio_buffer.commit"}')
+            got = float("nan")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(30):
+                    while True:
+                        event = json.loads(await ws.recv())
+                        if event["type"] == "conversation.item.input_audio_transcription.completed":
+                            got = time.monotonic() - asked
+                            break
+            out.append(got)
+            clock[1] += GAP_S  # the pause between turns: a client with its own VAD sends nothing
+            await asyncio.sleep(GAP_S)
+    return out
+
+
 def _wav(audio: np.ndarray) -> bytes:
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
@@ -252,6 +295,7 @@ ENDPOINTS: dict[str, tuple[Callable[[str, list[np.ndarray], str], Awaitable[list
     "openai-rest": (openai_rest_turns, ("upload",)),
     "deepgram-rest": (deepgram_rest_turns, ("upload",)),
     "wyoming": (wyoming_turns, ("audio-stop",)),
+    "openai-realtime": (realtime_turns, ("commit",)),
 }
 
 
