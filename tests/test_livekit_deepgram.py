@@ -92,4 +92,6 @@ def test_a_stream_with_endpointing_25_is_as_accurate_as_the_default(server, clip
     assert word_error_rate([reference], [short]) <= word_error_rate([reference], [long]) + 0.04, (short, long)
     marks = {k: len(re.findall(r"[.?!](?:\s|$)", t)) for k, t in texts.items()}
     assert marks[25] <= marks[1000] + 2, texts
-    assert ends[25] >= len(LJ) and ends[25] >= ends[1000], ends  # a speech_final at every pause at least
+    # a speech_final at each 0.8 s pause between the clips at least (the stream's end has none:
+    # the plugin stops reading), and none with endpointing=1000, longer than those pauses
+    assert ends[25] >= len(LJ) - 1 and ends[1000] < ends[25], ends
