@@ -84,14 +84,13 @@ async def _paced(
 @dataclass(frozen=True)
 class Live:
     """One live WebSocket protocol: its URL, end-of-turn and end-of-stream messages, which
-    message is a turn's final (after a finalize, or at the server's own endpoint), and the end
-    of that final's last word."""
+    message answers a finalize, which is a final, and the end of a final's last word."""
 
     path: str
     finalize: str
     eof: str
     finalized: Callable[[dict], bool]
-    endpointed: Callable[[dict], bool]
+    final: Callable[[dict], bool]
     last_end: LastEnd
 
 
@@ -136,12 +135,13 @@ async def _finalized(ws: Any, live: Live, arrivals: asyncio.Queue[tuple[float, d
 
 
 def _endpointed(live: Live, arrivals: asyncio.Queue[tuple[float, dict]], turn: Turn) -> float:
-    """The turn's messages so far: from when its last word's end was sent to the endpoint final
-    holding that word (the one whose last word ends latest)."""
+    """The turn's messages so far: from when its last word's end was sent to the final holding
+    that word (the one whose last word ends latest; an endpoint's final, or an earlier one when
+    every word was final before the endpoint)."""
     best: tuple[float, float] | None = None  # (last word end, arrival)
     while not arrivals.empty():
         at, message = arrivals.get_nowait()
-        end = live.last_end(message) if live.endpointed(message) else None
+        end = live.last_end(message) if live.final(message) else None
         if end is not None and (best is None or end > best[0]):
             best = (end, at)
     return float("nan") if best is None else best[1] - turn.sent_at(best[0])
@@ -165,7 +165,7 @@ NATIVE = Live(
     '{"type":"finalize"}',
     '{"type":"eof"}',
     _native_final,
-    _native_final,
+    lambda m: m.get("type") == "final",
     _native_last_end,
 )
 # as LiveKit's plugin configures it (endpointing=25)
@@ -174,7 +174,7 @@ DEEPGRAM = Live(
     '{"type":"Finalize"}',
     '{"type":"CloseStream"}',
     lambda m: m.get("type") == "Results" and bool(m.get("from_finalize")),
-    lambda m: m.get("type") == "Results" and bool(m.get("speech_final")),
+    lambda m: m.get("type") == "Results" and bool(m.get("is_final")),
     _deepgram_last_end,
 )
 
