@@ -224,32 +224,35 @@ def _wav(audio: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-async def _rest(clips: list[np.ndarray], post: Callable[[aiohttp.ClientSession, bytes], Awaitable[Any]]) -> list[float]:
+async def _rest(clips: list[np.ndarray], post: Callable[[aiohttp.ClientSession, bytes], Awaitable[int]]) -> list[float]:
+    """Upload each clip; the seconds to each answer, NaN for a refusal (``max_uploads``: 429)."""
     out = []
     async with aiohttp.ClientSession() as http:
         for audio in clips:
             began = time.monotonic()
-            await post(http, _wav(audio))
-            out.append(time.monotonic() - began)
+            status = await post(http, _wav(audio))
+            out.append(time.monotonic() - began if status == 200 else float("nan"))
     return out
 
 
 async def openai_rest_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
-    async def post(http: aiohttp.ClientSession, body: bytes) -> Any:
+    async def post(http: aiohttp.ClientSession, body: bytes) -> int:
         form = aiohttp.FormData()
         form.add_field("file", body, filename="turn.wav", content_type="audio/wav")
         form.add_field("model", "whisper-1")
         async with http.post(base.replace("ws", "http", 1) + "/v1/audio/transcriptions", data=form) as r:
-            return await r.json()
+            await r.read()
+            return r.status
 
     return await _rest(clips, post)
 
 
 async def deepgram_rest_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
-    async def post(http: aiohttp.ClientSession, body: bytes) -> Any:
+    async def post(http: aiohttp.ClientSession, body: bytes) -> int:
         url = base.replace("ws", "http", 1) + "/v1/listen?punctuate=true"
         async with http.post(url, data=body, headers={"Content-Type": "audio/wav"}) as r:
-            return await r.json()
+            await r.read()
+            return r.status
 
     return await _rest(clips, post)
 
