@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .config import Config, load_config
 from .errors import AudioDeviceError, StreamWhisperError
@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--word-timestamps", action="store_true", help="per-word start/end times")
     t.add_argument("--format", choices=("txt", "srt", "vtt", "json"), default="txt")
     t.add_argument("--output-dir", type=Path, help="write <name>.<format> files here instead of stdout")
-    t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a terminal)")
+    t.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a terminal)"
+    )
 
     m = sub.add_parser("models", help="list known and installed models")
     m.add_argument("--config", metavar="FILE", help=argparse.SUPPRESS)
