@@ -53,10 +53,11 @@ class DeepgramPrerecorded:
             with self.gate.admit(request):
                 query = {k: v for k, v in request.query.items()}
                 options = _options(query)
+                split_s = _utt_split(query)  # checked before the upload is read
                 if request.content_type == "application/json":
                     raise ApiError(400, "this server fetches no URL: send the audio as the request body", "url")
                 upload = await read_body(request, self.ctx.server)
-                body = await self._transcribe(request, upload, query, options, request_id)
+                body = await self._transcribe(request, upload, query, options, request_id, split_s)
             self.ctx.metrics.uploads.labels("ok").inc()
             return web.json_response(body)
         except ApiError as exc:
@@ -73,6 +74,7 @@ class DeepgramPrerecorded:
         query: dict[str, str],
         options: tuple[wire.SessionSettings, deepgram.DeepgramOptions],
         request_id: str,
+        split_s: float,
     ) -> dict[str, Any]:
         settings, dg = options
         sha256 = upload.sha256
@@ -93,7 +95,7 @@ class DeepgramPrerecorded:
             channel["detected_language"] = job.language or "en"
         results: dict[str, Any] = {"channels": [channel]}
         if _flag(query, "utterances"):
-            results["utterances"] = _utterances(words, dg.punctuate, _utt_split(query))
+            results["utterances"] = _utterances(words, dg.punctuate, split_s)
         meta = deepgram.metadata(request_id, deepgram.created_now(), sha256, job.duration, self.ctx.model_name)
         return {"metadata": meta, "results": results}
 
