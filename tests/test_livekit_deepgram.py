@@ -75,23 +75,23 @@ async def _stream(url: str, audio: np.ndarray, endpointing_ms: int, speed: float
 
 def test_a_stream_with_endpointing_25_is_as_accurate_as_the_default(server, clips) -> None:  # type: ignore[no-untyped-def]
     """LiveKit's default endpointing_ms=25 gets a final marked speech_final at pauses (END_OF_SPEECH
-    events), and the transcript is the one a long endpointing gives: the pauses are not decoded
-    alone, and no sentence punctuation appears at every breath."""
+    events), and the transcript is the one the server's own 500 ms endpoint gives: the pauses are
+    not decoded alone, and no sentence punctuation appears at every breath."""
     gap = np.zeros(int(0.8 * 16000), np.float32)
     audio = np.concatenate([part for name in LJ for part in (load_audio(clips[name].wav), gap)])
     reference = " ".join(clips[name].reference for name in LJ)
     url = server.http + "/v1/listen"
     texts, ends = {}, {}
-    for endpointing in (25, 1000):
+    for endpointing in (25, 500):  # LiveKit's default, and the server's own endpoint
         events = asyncio.run(_stream(url, audio, endpointing))
         finals = [e for e in events if e.type == agents_stt.SpeechEventType.FINAL_TRANSCRIPT]
         texts[endpointing] = " ".join(e.alternatives[0].text for e in finals if e.alternatives[0].text)
         ends[endpointing] = sum(e.type == agents_stt.SpeechEventType.END_OF_SPEECH for e in events)
-    short, long = texts[25], texts[1000]
+    short, long = texts[25], texts[500]
     assert word_error_rate([reference], [short]) <= 0.12, short
     assert word_error_rate([reference], [short]) <= word_error_rate([reference], [long]) + 0.04, (short, long)
     marks = {k: len(re.findall(r"[.?!](?:\s|$)", t)) for k, t in texts.items()}
-    assert marks[25] <= marks[1000] + 2, texts
+    assert marks[25] <= marks[500] + 2, texts  # not one at every breath
     # a speech_final at each 0.8 s pause between the clips at least (the stream's end has none:
-    # the plugin stops reading), and none with endpointing=1000, longer than those pauses
-    assert ends[25] >= len(LJ) - 1 and ends[1000] < ends[25], ends
+    # the plugin stops reading after its input ended)
+    assert ends[25] >= len(LJ) - 1, ends
