@@ -3,10 +3,13 @@
 A real ``streamwhisper serve`` process; each client streams eval read_en clips (one clip, one
 turn) at real time over one protocol and, per turn, measures:
 
-- ``finalize`` (``commit``, ``audio-stop``): from the client's end-of-turn message, sent right
-  after the clip's last sample (native ``finalize``, Deepgram ``Finalize``, OpenAI Realtime
-  ``input_audio_buffer.commit`` with manual turns, Wyoming ``audio-stop``), to the final text of
-  the turn;
+- ``finalize`` (``commit``, ``audio-stop``): from the client's end-of-turn message (native
+  ``finalize``, Deepgram ``Finalize``, OpenAI Realtime ``input_audio_buffer.commit`` with manual
+  turns, Wyoming ``audio-stop``) to the final text of the turn. The client sends it when its own
+  VAD stops, ``--client-stop`` seconds (default 0.2, as in Pipecat's stt-benchmark) after the
+  turn's last voiced frame (webrtcvad), the audio up to there sent first; ``--client-stop end``
+  sends it right after the clip's last sample instead (read_en clips end 0.09 s after their last
+  voiced frame at the median);
 - ``endpoint``: the client keeps sending silence; from the end of the turn's last word (its time
   in the stream, when that audio was sent) to the final the server's own endpointing makes.
 
@@ -47,9 +50,10 @@ from benchmarks.load import pct, start_server  # noqa: E402
 from benchmarks.scoring import read_manifest  # noqa: E402
 from streamwhisper.audio.convert import float32_to_pcm_s16le, resample  # noqa: E402
 from streamwhisper.audio.files import load_audio  # noqa: E402
-from streamwhisper.bench import cpu_name  # noqa: E402
+from streamwhisper.bench import cpu_name, last_voiced_end  # noqa: E402
 
 LastEnd = Callable[[dict], float | None]  # a final's last word end (stream seconds), or None
+Clip = tuple[np.ndarray, np.ndarray]  # a turn's audio up to the client's end-of-turn message, and the rest
 CHUNK = 1600  # 100 ms per message, as live clients send
 GAP_S = 1.0  # silence between turns
 ENDPOINT_WAIT_S = 2.5  # silence sent after a turn in endpoint mode before its messages are read
@@ -94,7 +98,7 @@ class Live:
     last_end: LastEnd
 
 
-async def live_turns(live: Live, base: str, clips: list[np.ndarray], mode: str) -> list[float]:
+async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> list[float]:
     from websockets.asyncio.client import connect
 
     out: list[float] = []
@@ -107,12 +111,14 @@ async def live_turns(live: Live, base: str, clips: list[np.ndarray], mode: str) 
 
         reader = asyncio.create_task(read())
         clock = [0.0, time.monotonic()]
-        for audio in clips:
+        for head, tail in clips:
             turn = Turn()
-            await _paced(ws.send, float32_to_pcm_s16le(audio), clock, turn)
+            await _paced(ws.send, float32_to_pcm_s16le(head), clock, turn)
             if mode == "finalize":
                 out.append(await _finalized(ws, live, arrivals))
+                await _paced(ws.send, float32_to_pcm_s16le(tail), clock, Turn())
             else:  # the client goes on sending silence; the server's own endpointing ends the turn
+                await _paced(ws.send, float32_to_pcm_s16le(tail), clock, turn)
                 await _paced(ws.send, bytes(int(ENDPOINT_WAIT_S * 32000)), clock, Turn())
                 out.append(_endpointed(live, arrivals, turn))
             await _paced(ws.send, bytes(int(GAP_S * 32000)), clock, Turn())
@@ -179,7 +185,7 @@ DEEPGRAM = Live(
 )
 
 
-async def realtime_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
+async def realtime_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
     """OpenAI Realtime transcription with manual turns (LiveKit's local VAD + commit, Pipecat's
     default): PCM16 at 24 kHz in ``input_audio_buffer.append``; TTFS from ``commit`` to the
     item's ``...transcription.completed``."""
@@ -198,8 +204,8 @@ async def realtime_turns(base: str, clips: list[np.ndarray], mode: str) -> list[
             await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(data).decode()}))
 
         clock = [0.0, time.monotonic()]
-        for audio in clips:
-            await _paced(append, float32_to_pcm_s16le(resample(audio, 16000, 24000)), clock, Turn(), rate=24000)
+        for head, _ in clips:
+            await _paced(append, float32_to_pcm_s16le(resample(head, 16000, 24000)), clock, Turn(), rate=24000)
             asked = time.monotonic()
             await ws.send('{"type":"input_audio_buffer.commit"}')
             got = float("nan")
@@ -224,18 +230,18 @@ def _wav(audio: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-async def _rest(clips: list[np.ndarray], post: Callable[[aiohttp.ClientSession, bytes], Awaitable[int]]) -> list[float]:
+async def _rest(clips: list[Clip], post: Callable[[aiohttp.ClientSession, bytes], Awaitable[int]]) -> list[float]:
     """Upload each clip; the seconds to each answer, NaN for a refusal (``max_uploads``: 429)."""
     out = []
     async with aiohttp.ClientSession() as http:
-        for audio in clips:
+        for head, tail in clips:
             began = time.monotonic()
-            status = await post(http, _wav(audio))
+            status = await post(http, _wav(np.concatenate([head, tail])))
             out.append(time.monotonic() - began if status == 200 else float("nan"))
     return out
 
 
-async def openai_rest_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
+async def openai_rest_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
     async def post(http: aiohttp.ClientSession, body: bytes) -> int:
         form = aiohttp.FormData()
         form.add_field("file", body, filename="turn.wav", content_type="audio/wav")
@@ -247,7 +253,7 @@ async def openai_rest_turns(base: str, clips: list[np.ndarray], mode: str) -> li
     return await _rest(clips, post)
 
 
-async def deepgram_rest_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
+async def deepgram_rest_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
     async def post(http: aiohttp.ClientSession, body: bytes) -> int:
         url = base.replace("ws", "http", 1) + "/v1/listen?punctuate=true"
         async with http.post(url, data=body, headers={"Content-Type": "audio/wav"}) as r:
@@ -257,7 +263,7 @@ async def deepgram_rest_turns(base: str, clips: list[np.ndarray], mode: str) -> 
     return await _rest(clips, post)
 
 
-async def wyoming_turns(base: str, clips: list[np.ndarray], mode: str) -> list[float]:
+async def wyoming_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
     """Wyoming (Home Assistant's client): one request per turn; TTFS from ``audio-stop``."""
     from wyoming.asr import Transcribe, Transcript
     from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -267,7 +273,7 @@ async def wyoming_turns(base: str, clips: list[np.ndarray], mode: str) -> list[f
     out: list[float] = []
     async with AsyncTcpClient(host, int(port)) as client:
         clock = [0.0, time.monotonic()]
-        for audio in clips:
+        for audio, _ in clips:
             await client.write_event(Transcribe(language="en").event())
             await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
 
@@ -302,11 +308,22 @@ ENDPOINTS: dict[str, tuple[Callable[[str, list[np.ndarray], str], Awaitable[list
 }
 
 
+def split_turn(audio: np.ndarray, client_stop: float | None) -> Clip:
+    """The clip up to where the client ends its turn (``client_stop`` s after its last voiced
+    frame, silence added if the clip ends sooner; None: the clip's end), and the rest."""
+    if client_stop is None:
+        return audio, audio[:0]
+    cut = round((last_voiced_end(audio) + client_stop) * 16000)
+    if cut > len(audio):
+        audio = np.concatenate([audio, np.zeros(cut - len(audio), np.float32)])
+    return audio[:cut], audio[cut:]
+
+
 def _or_nan(value: float | None) -> float:
     return float("nan") if value is None else value
 
 
-async def run(base: str, driver: Any, clips: list[np.ndarray], mode: str, streams: int) -> list[float]:
+async def run(base: str, driver: Any, clips: list[Clip], mode: str, streams: int) -> list[float]:
     """``streams`` clients at once, each with the clips rotated (no two say the same at once)."""
     jobs = [driver(base, clips[i:] + clips[:i], mode) for i in range(streams)]
     results = await asyncio.gather(*jobs)
@@ -319,9 +336,16 @@ def main() -> None:
     parser.add_argument("--streams", type=int, action="append", help="concurrent clients (repeatable; default 1 8)")
     parser.add_argument("--limit", type=int, default=20, help="read_en clips per client (default 20)")
     parser.add_argument("--server-arg", action="append", default=[], help="passed to streamwhisper serve")
+    parser.add_argument(
+        "--client-stop",
+        default="0.2",
+        metavar="S|end",
+        help="the client ends a turn S seconds after its last voiced frame (default 0.2), or at the clip's end",
+    )
     args = parser.parse_args()
+    stop = None if args.client_stop == "end" else float(args.client_stop)
     manifest = shared_data_dir() / "eval" / "manifest.tsv"
-    clips = [load_audio(c.wav) for c in read_manifest(manifest, ["read_en"])[: args.limit]]
+    clips = [split_turn(load_audio(c.wav), stop) for c in read_manifest(manifest, ["read_en"])[: args.limit]]
     proc, base, log = start_server([*args.server_arg, "--wyoming-port", "-1"], log_lines=2)
     found = re.search(r"tcp://(\S+)", log[1])
     if found is None:
@@ -343,6 +367,7 @@ def main() -> None:
                         "missing": len(times) - len(ok),
                         "ttfs_p50": round(_or_nan(pct(ok, 50)), 3),
                         "ttfs_p95": round(_or_nan(pct(ok, 95)), 3),
+                        "client_stop": args.client_stop,
                         "cpu": cpu_name(),
                     }
                     emit(record)

@@ -10,6 +10,11 @@ Latency of a word: when it first appeared (partial) or became final, minus the e
 Word end times come from the offline transcript's word timestamps (same model), matched to the
 streamed words by sequence alignment; an unmatched word uses its own streamed end time.
 
+TTFS (time to final segment), what a voice agent measures: each file is one turn, which the
+client ends as an agent does when its own VAD has heard ``client_stop_s`` (0.2 s, Pipecat's stop)
+of silence after the last voiced frame: it sends ``finalize`` there and streams silence on. TTFS
+is the time from that finalize to the final that answers it.
+
 Word error rates against reference transcripts are the benchmarks' business
 (``benchmarks/streaming.py`` builds on this module).
 """
@@ -35,6 +40,7 @@ from .runtime.replay import replay
 from .whisper_input import SAMPLE_RATE
 
 WordKey = Callable[[str], str]
+CLIENT_STOP_S = 0.2  # a voice agent's VAD stop: the silence after which it sends finalize
 
 
 def plain_word(word: str) -> str:
@@ -54,6 +60,7 @@ class StreamRun:
     partial_latency: list[float] = field(default_factory=list)
     revisions: int = 0
     final_words: int = 0
+    ttfs: float | None = None
 
 
 def score_latency(
@@ -104,19 +111,38 @@ def stream_file(
     aware: bool = True,
     word_key: WordKey = plain_word,
     timer: Callable[[], float] = time.perf_counter,
+    client_stop_s: float | None = CLIENT_STOP_S,
 ) -> StreamRun:
-    """Transcribe ``audio`` offline (for word times), then stream it and score the stream."""
+    """Transcribe ``audio`` offline (for word times), then stream it and score the stream;
+    the client finalises ``client_stop_s`` after the last voiced frame (None: it sends no finalize)."""
     from .transcribe import TranscribeOptions
 
     run = StreamRun(len(audio) / SAMPLE_RATE)
     offline = transcriber.transcribe(audio, TranscribeOptions(word_timestamps=True))
     run.offline_text = offline.text
     offline_words = [(w.word, w.end) for s in offline.segments for w in (s.words or [])]
-    result = replay(make_streamer(), recognizer, audio, aware=aware, timer=timer)
+    finalize_at = None
+    if client_stop_s is not None:
+        finalize_at = last_voiced_end(audio) + client_stop_s
+        missing = int(finalize_at * SAMPLE_RATE) - len(audio)
+        if missing > 0:  # the client streams silence until its VAD stops
+            audio = np.concatenate([audio, np.zeros(missing, np.float32)])
+    result = replay(make_streamer(), recognizer, audio, aware=aware, timer=timer, finalize_at=finalize_at)
     run.compute_s = result.compute_s
+    run.ttfs = result.ttfs
     run.stream_text = " ".join(e.text for e in result.events if isinstance(e, Final))
     score_latency(run, result.timeline, offline_words, word_key)
     return run
+
+
+def last_voiced_end(audio: np.ndarray) -> float:
+    """Seconds to the end of the last frame webrtcvad (default settings) calls voiced."""
+    from .audio.vad import SpeechDetector, VadConfig, WebRtcVad
+
+    config = VadConfig()
+    detector = SpeechDetector(WebRtcVad(config.aggressiveness, config.frame_ms), config)
+    detector.feed(audio)
+    return detector.last_voiced_end / SAMPLE_RATE
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -133,7 +159,10 @@ def latency_summary(runs: Sequence[StreamRun]) -> dict[str, Any]:
     """Latency percentiles, revision rate and real-time factor of the runs together."""
     final_lat = [x for r in runs for x in r.final_latency]
     partial_lat = [x for r in runs for x in r.partial_latency]
+    ttfs = [r.ttfs for r in runs if r.ttfs is not None]
     return {
+        "ttfs_p50": _percentile(ttfs, 50),
+        "ttfs_p95": _percentile(ttfs, 95),
         "final_latency_p50": _percentile(final_lat, 50),
         "final_latency_p95": _percentile(final_lat, 95),
         "partial_latency_p50": _percentile(partial_lat, 50),

@@ -101,6 +101,10 @@ class ManualJob:
     def cancel(self) -> None:
         self.cancelled = True
 
+    def withdraw(self) -> bool:  # an unanswered job has not begun
+        self.cancelled = True
+        return True
+
 
 class ManualScheduler:
     """Keeps every submitted job for the test to answer; ``refuse`` makes ``submit`` raise."""

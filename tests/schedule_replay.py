@@ -43,6 +43,9 @@ class _Job:
     def cancel(self) -> None:
         raise AssertionError("no request is cancelled in a replay")
 
+    def withdraw(self) -> bool:
+        return False  # the recorded schedule ran it
+
 
 class ScheduleScheduler:
     """Takes the Pump's requests; the replay hands back their outcomes."""

@@ -220,3 +220,31 @@ def test_a_finalize_while_an_utterance_waits_behind_an_ended_one_ends_it_as_it_b
     closing = h.events[h.events.index(MARK) - 1]
     assert isinstance(closing, Final) and closing.endpoint and closing.end <= 3.5
     assert h.pump.streamer.utterances == (2, 2), "the mark waited for both"
+
+
+def test_a_finalize_withdraws_the_waiting_request_it_supersedes_and_the_endpoint_request_goes_instead() -> None:
+    h = Harness()
+    h.feed(3.0)
+    assert len(h.scheduler.jobs) == 1 and not h.scheduler.jobs[0].request.endpoint  # the window to 1.5 s
+    h.pump.finalize()
+    assert h.scheduler.jobs[0].cancelled, "its window ends before the speech the endpoint finalises"
+    endpoint = h.scheduler.jobs[1].request
+    assert endpoint.endpoint and endpoint.end == pytest.approx(3.0, abs=0.02)
+    h.answer(1)
+    assert [e.endpoint for e in h.of_type(Final)] == [True]
+
+
+def test_the_request_of_a_pause_that_heard_the_speech_to_its_end_is_kept_for_the_endpoint() -> None:
+    h = Harness([(0.0, 2.0)])
+    h.feed(2.0)  # the speech ends at 2.0 s
+    while h.pump.inflight is not None:
+        h.answer(len(h.scheduler.jobs) - 1)
+    h.feed(0.3)  # 150 ms of quiet: the pause's request
+    pause = h.scheduler.jobs[-1]
+    assert pause.request.urgent and not pause.request.endpoint
+    h.pump.finalize()
+    assert not pause.cancelled and h.scheduler.jobs[-1] is pause
+    h.answer(len(h.scheduler.jobs) - 1)
+    finals = h.of_type(Final)
+    assert finals and finals[-1].endpoint, "the pause's hypothesis was the endpoint's"
+    assert not any(j.request.endpoint for j in h.scheduler.jobs)

@@ -73,3 +73,28 @@ def test_drive_gives_the_same_events_as_an_unaware_replay_of_the_same_chunks() -
     driven = drive(Streamer(vad=SpanVad([(0.0, 1e6)])), TimedRecognizer(), chunks)
     assert driven == replayed
     assert [w.word for e in driven if isinstance(e, Final) for w in e.words] == [f" w{i}" for i in range(8)]
+
+
+def test_a_finalize_at_a_time_is_answered_by_the_endpoint_final_and_ttfs_is_timed_from_it() -> None:
+    # speech for 2 s, then quiet; the client finalises at 2.2 s; each recognition takes 0.3 s
+    streamer = Streamer(vad=SpanVad([(0.0, 2.0)]))
+    audio = np.zeros(int(3.0 * SR), np.float32)
+    result = replay(streamer, Recording(), audio, aware=True, timer=SteppingTimer(0.3), finalize_at=2.2)
+    assert result.finalized_at == pytest.approx(2.2)
+    answer = next(at for at, e in result.timeline if isinstance(e, Final) and e.endpoint)
+    assert result.ttfs == pytest.approx(answer - 2.2)
+    # the request issued at 2.0 s (audio to 1.99 s) runs until 2.3 s; the endpoint request that
+    # follows it takes 0.3 s more
+    assert result.ttfs == pytest.approx(0.4)
+    assert [w.word for w in result.timeline[-1][1].words] == [" w3"]
+    assert replay(Streamer(vad=SpanVad([(0.0, 2.0)])), Recording(), audio, aware=True).ttfs is None
+
+
+def test_a_finalize_inside_a_block_splits_it_and_comes_at_its_own_time() -> None:
+    streamer = Streamer(vad=SpanVad([(0.0, 2.0)]))
+    audio = np.zeros(int(3.0 * SR), np.float32)
+    result = replay(streamer, Recording(), audio, aware=True, timer=SteppingTimer(0.3), finalize_at=2.25)
+    assert result.finalized_at == pytest.approx(2.25)
+    assert result.ttfs is not None and result.ttfs > 0
+    late = replay(Streamer(vad=SpanVad([(0.0, 2.0)])), Recording(), audio, aware=False, finalize_at=9.0)
+    assert late.finalized_at == pytest.approx(3.0)  # past the audio: with its last block

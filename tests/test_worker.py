@@ -57,7 +57,8 @@ async def busy(worker: InferenceWorker, recognizer: TimedRecognizer, client: Cli
 
 
 def test_urgent_requests_go_first_then_oldest_first_at_most_max_batch_each() -> None:
-    """Urgent: endpoint requests and those that may serve as one (a pause's, "p")."""
+    """Urgent: endpoint requests and those that may serve as one (a pause's, "p"); they run in
+    batches of their own, so a turn's final never waits for other streams' partials."""
     recognizer = TimedRecognizer()
 
     async def main() -> None:
@@ -78,6 +79,45 @@ def test_urgent_requests_go_first_then_oldest_first_at_most_max_batch_each() -> 
     run(recognizer, main)
 
 
+def test_an_urgent_request_runs_without_the_partials_waiting_beside_it() -> None:
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=4)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        for key, endpoint in [("a", False), ("e", True), ("b", False)]:
+            client.submit(key, endpoint)
+        recognizer.release()
+        for key in "aeb":
+            assert isinstance(await client.outcome(key), Hypothesis)
+        await worker.stop()
+        assert recognizer.batches == [["busy"], ["e"], ["a", "b"]]
+
+    run(recognizer, main)
+
+
+def test_a_request_is_withdrawn_while_it_waits_but_not_once_its_batch_began() -> None:
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=4)
+        client = Client(worker)
+        recognizer.hold()
+        worker.start()
+        running = client.submit("busy")
+        await asyncio.to_thread(recognizer.entered.wait)
+        waiting = client.submit("a")
+        assert waiting.withdraw() and worker.pending == 0
+        assert not running.withdraw()  # its recognition began: it runs on and reports
+        recognizer.release()
+        assert isinstance(await client.outcome("busy"), Hypothesis)
+        await worker.stop()
+        assert recognizer.batches == [["busy"]]
+
+    run(recognizer, main)
+
+
 def test_bulk_requests_wait_for_every_live_one_and_run_alone() -> None:
     """Uploaded files' windows come after live requests, even older ones, one per batch."""
     recognizer = TimedRecognizer()
@@ -91,7 +131,7 @@ def test_bulk_requests_wait_for_every_live_one_and_run_alone() -> None:
         recognizer.release()
         for key in ("u1", "u2", "a", "e"):
             assert isinstance(await client.outcome(key), Hypothesis)
-        assert recognizer.batches == [["busy"], ["e", "a"], ["u1"], ["u2"]]
+        assert recognizer.batches == [["busy"], ["e"], ["a"], ["u1"], ["u2"]]
         recognizer.hold()  # a live request that arrives while a bulk window runs goes next
         client.submit("u3", bulk=True)
         client.submit("u4", bulk=True)
@@ -101,7 +141,7 @@ def test_bulk_requests_wait_for_every_live_one_and_run_alone() -> None:
         for key in ("u3", "u4", "b"):
             await client.outcome(key)
         await worker.stop()
-        assert recognizer.batches[4:] == [["u3"], ["b"], ["u4"]]
+        assert recognizer.batches[5:] == [["u3"], ["b"], ["u4"]]
 
     run(recognizer, main)
 

@@ -9,7 +9,9 @@ The pump keeps at most one request of its stream at the scheduler. Whenever audi
 stream is finalised or flushed, or a result comes back, it asks the Streamer for the request that
 is due and submits it. A result goes back to the Streamer (:meth:`Streamer.complete`); a failed,
 dropped or refused request is abandoned (its audio is covered by the next one, an endpoint
-request closes its utterance from what was heard before). The pump itself has no clock and no
+request closes its utterance from what was heard before). A request that an endpoint made
+useless (its window ends before the speech the endpoint request will finalise) is withdrawn if
+its recognition has not begun, so the endpoint request need not wait for it. The pump itself has no clock and no
 event loop: the scheduler decides where and when a request runs and calls ``done`` with its
 outcome (on the event loop, for the worker).
 
@@ -46,6 +48,11 @@ class Job(Protocol):
 
     def cancel(self) -> None:
         """Drop the request if it has not run yet (``done`` is then never called)."""
+        ...
+
+    def withdraw(self) -> bool:
+        """Drop the request if its recognition has not begun: True if dropped (``done`` is then
+        never called), False if it runs on (``done`` is called as usual)."""
         ...
 
 
@@ -146,7 +153,13 @@ class Pump:
         self._inflight = self._job = None
 
     def _advance(self) -> None:
-        """Submit the request that is due, if none is at the scheduler."""
+        """Submit the request that is due, if none is at the scheduler; first drop the one there
+        if the utterance's endpoint superseded it (:attr:`Streamer.superseded`)."""
+        if not self._closed and self._inflight is not None and self.streamer.superseded:
+            assert self._job is not None
+            if self._job.withdraw():
+                self._inflight = self._job = None
+                self._emit(self.streamer.abandon())
         while not self._closed and self._inflight is None:
             request = self.streamer.pending_request()
             self._retry_finalize()  # an endpoint request begins the utterance queued behind it

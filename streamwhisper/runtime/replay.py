@@ -14,6 +14,11 @@ request when the driver takes it, one at a time.
   result is delivered, as the daemon's event loop receives it while the worker computes.
 * computation-unaware (``aware=False``): recognition takes no time; each block's requests are
   served before the next block (or the end of the stream) arrives.
+
+With ``finalize_at``, the client also ends its turn there, as a voice agent does when its own VAD
+decides the user stopped: the pump is finalised once the audio up to that time (at the latest,
+the end of the audio) has arrived, and :attr:`Replay.ttfs` is how long the final that answers it
+took.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamwhisper.events import Event
+from streamwhisper.events import Event, Final
 from streamwhisper.model.recognizer import RecognitionRequest, Recognizer
 from streamwhisper.streaming.streamer import Streamer
 from streamwhisper.whisper_input import SAMPLE_RATE
@@ -40,9 +45,14 @@ class _InlineJob:
     request: RecognitionRequest
     done: Done
     cancelled: bool = False
+    started: bool = False
 
     def cancel(self) -> None:
         self.cancelled = True
+
+    def withdraw(self) -> bool:
+        self.cancelled = self.cancelled or not self.started
+        return not self.started
 
 
 class InlineScheduler:
@@ -73,6 +83,7 @@ class InlineScheduler:
             job = self._queue.popleft()
             if job.cancelled:
                 continue
+            job.started = True
             began = self._timer()
             hypothesis = self._recognizer.recognize([job.request])[0]
             if before_done is not None:
@@ -88,10 +99,21 @@ class Replay:
 
     timeline: list[tuple[float, Event]] = field(default_factory=list)
     compute_s: float = 0.0  # seconds spent recognising, on the timer
+    finalized_at: float | None = None  # when the client's finalize was taken (``finalize_at``)
 
     @property
     def events(self) -> list[Event]:
         return [event for _, event in self.timeline]
+
+    @property
+    def ttfs(self) -> float | None:
+        """Seconds from the finalize to the endpoint final that answers it (the first after it)."""
+        if self.finalized_at is None:
+            return None
+        for at, event in self.timeline:
+            if at >= self.finalized_at and isinstance(event, Final) and event.endpoint:
+                return at - self.finalized_at
+        return None
 
 
 class _Run:
@@ -114,6 +136,10 @@ class _Run:
         self.now = at
         self.pump.flush()
 
+    def finalize(self, at: float) -> None:
+        self.now = self.out.finalized_at = at
+        self.pump.finalize()
+
 
 def replay(
     streamer: Streamer,
@@ -123,35 +149,41 @@ def replay(
     aware: bool = True,
     chunk_s: float = CHUNK_S,
     timer: Callable[[], float] = time.perf_counter,
+    finalize_at: float | None = None,
 ) -> Replay:
     """Stream ``audio`` (16 kHz float) through ``streamer`` and ``recognizer``; see the module doc."""
     run = _Run(streamer, recognizer, timer)
-    block = int(chunk_s * SAMPLE_RATE)
-    n_blocks = -(-len(audio) // block)
+    arrivals = _arrivals(len(audio), chunk_s, finalize_at)
     clock = 0.0
-    fed = 0
+    fed = 0  # arrivals fed
     flushed = False
 
-    def arrive(upto: int) -> None:
+    def arrive(until: float) -> None:
         nonlocal fed
-        while fed < min(upto, n_blocks):
+        while fed < len(arrivals) and arrivals[fed][0] <= until + 1e-9:
+            at, start, end, finalize = arrivals[fed]
             fed += 1
-            run.feed(audio[(fed - 1) * block : fed * block], fed * chunk_s)
+            run.feed(audio[start:end], at)
+            if finalize:
+                run.finalize(at)
 
     def spend(seconds: float) -> None:
         nonlocal clock
         run.out.compute_s += seconds
         if aware:
             clock += seconds
-            arrive(int(clock / chunk_s + 1e-9))  # audio heard while the request ran
+            arrive(clock)  # audio heard while the request ran
             run.now = clock
         else:
-            run.now = fed * chunk_s
+            run.now = arrivals[fed - 1][0] if fed else 0.0
 
     while True:
-        arrive(int(clock / chunk_s + 1e-9) if aware else fed + 1)
+        if aware:
+            arrive(clock)
+        elif fed < len(arrivals):
+            arrive(arrivals[fed][0])
         # the end of the stream arrives with the last block, or (taking no time) once it is served
-        if fed == n_blocks and not flushed and (aware or not run.scheduler.waiting):
+        if fed == len(arrivals) and not flushed and (aware or not run.scheduler.waiting):
             flushed = True
             run.flush(max(clock, len(audio) / SAMPLE_RATE))
         if run.scheduler.run_next(spend):
@@ -159,7 +191,24 @@ def replay(
         if flushed:
             return run.out
         if aware:
-            clock = max(clock, (fed + 1) * chunk_s)
+            clock = max(clock, arrivals[fed][0])
+
+
+def _arrivals(samples: int, chunk_s: float, finalize_at: float | None) -> list[tuple[float, int, int, bool]]:
+    """(time, first sample, end sample, finalize after it) of each block a client sends: one every
+    ``chunk_s``, the block holding ``finalize_at`` split there (the client's VAD stops mid-block)."""
+    block = int(chunk_s * SAMPLE_RATE)
+    cut = None if finalize_at is None else min(max(round(finalize_at * SAMPLE_RATE), 1), samples)
+    out = []
+    for start in range(0, samples, block):
+        end = min(start + block, samples)
+        if cut is not None and start < cut <= end:
+            out.append((cut / SAMPLE_RATE if cut < end else (start // block + 1) * chunk_s, start, cut, True))
+            if cut < end:
+                out.append(((start // block + 1) * chunk_s, cut, end, False))
+        else:
+            out.append(((start // block + 1) * chunk_s, start, end, False))
+    return out
 
 
 def drive(

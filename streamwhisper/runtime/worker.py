@@ -1,10 +1,11 @@
 """InferenceWorker: the one thread that owns the model.
 
 The scheduler of every :class:`~streamwhisper.runtime.pump.Pump` in the process. Pumps submit
-:class:`RecognitionRequest` objects from the event loop with a ``done`` callback. The worker thread
-takes every waiting request (urgent ones first: endpoints and pauses; then oldest first; at most ``max_batch``),
-runs them through the recogniser as one batch (one encoder call, decoder steps batched across the
-requests) and calls each ``done`` on the submitting loop with ``call_soon_threadsafe``. A pump has
+:class:`RecognitionRequest` objects from the event loop with a ``done`` callback. The worker
+thread takes the waiting requests, oldest first and at most ``max_batch`` (the urgent ones,
+endpoints and pauses, in a batch of their own while there are any: a turn's final waits for no
+partial), runs them through the recogniser as one batch (one encoder call, decoder steps batched
+across the requests) and calls each ``done`` on the submitting loop with ``call_soon_threadsafe``. A pump has
 at most one request outstanding, so no stream waits for more than one batch ahead of it and the
 queue never holds more than one request per stream (``max_pending`` bounds it anyway).
 
@@ -42,9 +43,13 @@ class _Job:
     loop: asyncio.AbstractEventLoop = field(compare=False)
     submitted: float = field(compare=False, default=0.0)
     cancelled: bool = field(compare=False, default=False)
+    owner: InferenceWorker | None = field(compare=False, default=None)
 
     def cancel(self) -> None:
         self.cancelled = True  # read by the worker thread; a bool flip needs no lock
+
+    def withdraw(self) -> bool:
+        return self.owner is not None and self.owner._withdraw(self)
 
 
 @dataclass
@@ -116,10 +121,19 @@ class InferenceWorker:
                 raise SchedulerFull(f"{len(self._queue)} requests waiting")
             self._counter += 1
             kind = 2 if request.bulk else 0 if request.urgent else 1
-            job = _Job((kind, self._counter), request, done, loop, self._clock())
+            job = _Job((kind, self._counter), request, done, loop, self._clock(), owner=self)
             self._queue.append(job)
             self._cond.notify()
         return job
+
+    def _withdraw(self, job: _Job) -> bool:
+        """Take ``job`` out of the queue if the worker has not taken it into a batch yet."""
+        with self._cond:
+            if job not in self._queue:
+                return False
+            self._queue.remove(job)
+            job.cancelled = True
+            return True
 
     async def stop(self) -> None:
         """Finish the batch under way, drop what is still queued (``done(None)``), join the thread."""
@@ -141,8 +155,10 @@ class InferenceWorker:
             if self._stopping:
                 return None
             self._queue.sort()
+            urgent = sum(1 for job in self._queue if job.rank[0] == 0)
             live = sum(1 for job in self._queue if not job.request.bulk)
-            size = min(live, self._max_batch) if live else 1  # bulk windows run alone
+            # urgent requests run in a batch of their own: an endpoint waits for no partial
+            size = min(urgent or live, self._max_batch) if live else 1  # bulk windows run alone
             batch, self._queue = self._queue[:size], self._queue[size:]
             return batch
 

@@ -28,7 +28,7 @@ from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 
 from .agreement import WINDOW_SLACK_S, CommitPolicy
 from .config import StreamingConfig
-from .window import AudioWindow, align_down, align_up, checked_samples
+from .window import AudioWindow, align_down, align_up, checked_samples, trim_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +111,15 @@ class Streamer:
     def finished(self) -> bool:
         """True after :meth:`flush` once every request has been completed."""
         return self._flushed and not self._active and self._inflight is None
+
+    @property
+    def superseded(self) -> bool:
+        """Whether the outstanding request only delays the endpoint request due after it: a
+        window that ends before the speech it would finalise. The driver may drop it (:meth:`abandon`)."""
+        f, end = self._inflight, self._speech_end
+        if f is None or f.endpoint or self._endpoint_at is None:
+            return False
+        return end is None or f.end < end + self._pause_samples // 2
 
     @property
     def utterances(self) -> tuple[int, int]:
@@ -273,7 +282,7 @@ class Streamer:
                 self._heard_to = inflight.end
             if inflight.pause >= 0 and self._config.pause_final and self._in_pause(inflight.pause):
                 events.extend(self._policy.commit_pending())
-            events.extend(self._after_commit(end))
+            events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
         events.extend(self._settle())
         return events
 
@@ -359,34 +368,6 @@ class Streamer:
         events = self._policy.close(self._endpoint_at / SAMPLE_RATE, speech_goes_on=self._speech_goes_on)
         self._end_utterance()
         return events
-
-    def _after_commit(self, window_end: float) -> list[Event]:
-        """Trim at the commit point; force a commit when the uncommitted audio grows too long."""
-        events: list[Event] = []
-        self._trim_to_commit()
-        limit = self._config.force_commit_s * SAMPLE_RATE
-        if self._audio.end - self._audio.start > limit:
-            cut = window_end - self._config.force_keep_s
-            events.extend(self._policy.force_commit(cut))
-            self._trim_to_commit(force=True)
-            if self._audio.end - self._audio.start > limit:  # nothing heard there: skip it
-                pending = self._policy.pending
-                self._policy.skip_to(min(cut, pending[0].start) if pending else cut)
-                self._trim_to_commit(force=True)
-        return events
-
-    def _trim_to_commit(self, force: bool = False) -> None:
-        """Move the window start towards the commit point once the window is long enough.
-
-        Shorter windows keep their committed words, decoded as a forced prefix: no word is cut
-        at a commit point inside speech, at the price of re-encoding that audio. A trimmed window
-        keeps the committed words of its last ``trim_keep_s`` seconds; a forced trim (the window
-        limit) cuts at the commit point itself.
-        """
-        cfg = self._config
-        commit = align_down(round(self._policy.trim_point(0.0 if force else cfg.trim_keep_s) * SAMPLE_RATE))
-        if force or self._audio.end - self._audio.start > cfg.trim_after_s * SAMPLE_RATE:
-            self._audio.advance(commit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ window start on.
 A :class:`AudioWindow` holds at most ``seconds`` of audio in a ring buffer. Its ``start`` (a
 hop-aligned sample) is where the next request's window begins; the log-mel of the audio from
 there is computed incrementally, once per sample, and cut into request windows of at most
-30 s. All positions are samples on the stream's clock.
+30 s. All positions are samples on the stream's clock. :func:`trim_after_commit` moves the
+window start as the commit policy commits words.
 """
 
 from __future__ import annotations
@@ -14,6 +15,40 @@ import numpy as np
 from streamwhisper.audio.mel import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, IncrementalLogMel
 from streamwhisper.audio.ring import RingBuffer
 from streamwhisper.errors import AudioFormatError
+from streamwhisper.events import Event
+
+from .agreement import CommitPolicy
+from .config import StreamingConfig
+
+
+def trim_after_commit(audio: AudioWindow, policy: CommitPolicy, cfg: StreamingConfig, window_end: float) -> list[Event]:
+    """After a hypothesis: trim the window at the commit point; force a commit when the
+    uncommitted audio grows past ``force_commit_s`` (and skip it if nothing was heard there)."""
+    events: list[Event] = []
+    _trim_to_commit(audio, policy, cfg)
+    limit = cfg.force_commit_s * SAMPLE_RATE
+    if audio.end - audio.start > limit:
+        cut = window_end - cfg.force_keep_s
+        events.extend(policy.force_commit(cut))
+        _trim_to_commit(audio, policy, cfg, force=True)
+        if audio.end - audio.start > limit:  # nothing heard there: skip it
+            pending = policy.pending
+            policy.skip_to(min(cut, pending[0].start) if pending else cut)
+            _trim_to_commit(audio, policy, cfg, force=True)
+    return events
+
+
+def _trim_to_commit(audio: AudioWindow, policy: CommitPolicy, cfg: StreamingConfig, force: bool = False) -> None:
+    """Move the window start towards the commit point once the window is long enough.
+
+    Shorter windows keep their committed words, decoded as a forced prefix: no word is cut
+    at a commit point inside speech, at the price of re-encoding that audio. A trimmed window
+    keeps the committed words of its last ``trim_keep_s`` seconds; a forced trim (the window
+    limit) cuts at the commit point itself.
+    """
+    commit = align_down(round(policy.trim_point(0.0 if force else cfg.trim_keep_s) * SAMPLE_RATE))
+    if force or audio.end - audio.start > cfg.trim_after_s * SAMPLE_RATE:
+        audio.advance(commit)
 
 
 def align_down(sample: int) -> int:
