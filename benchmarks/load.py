@@ -3,8 +3,9 @@
 Each client streams its own real speech (eval read_en clips, 1 s apart, rotated so that no two
 clients say the same thing at the same time) at real time over the native protocol. For each N
 it prints final and partial latency p50/p95 (per word: from sending the audio of the word's end
-to receiving it), WER, the server's CPU use and peak RSS, and refused sessions; then the largest
-N whose p95 final latency is at most 3 s. Figures only, never asserts.
+to receiving it), TTFS with the server's own endpointing (from sending the end of an utterance's
+last word to receiving the endpoint final that holds it), WER, the server's CPU use and peak
+RSS, and refused sessions; then the largest N whose p95 final latency is at most 3 s. Figures only, never asserts.
 
     .venv/bin/python benchmarks/load.py                       # N = 1 2 4 8 12 16, 60 s each
     .venv/bin/python benchmarks/load.py --clients 8 --seconds 30
@@ -33,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._common import shared_data_dir  # noqa: E402
 from benchmarks.scoring import read_manifest, word_error_rate  # noqa: E402
 from streamwhisper.audio.files import load_audio  # noqa: E402
+from streamwhisper.bench import cpu_name  # noqa: E402
 from streamwhisper.client import StreamClient  # noqa: E402
 from streamwhisper.events import Final, Partial  # noqa: E402
 
@@ -75,6 +77,7 @@ async def client(url: str, audio: np.ndarray, speed: float, out: dict) -> None:
     finals: list[str] = []
     final_lat: list[float] = []
     partial_lat: list[float] = []
+    ttfs: list[float] = []
 
     def when_sent(t: float) -> float:
         for audio_s, wall in sent_at:
@@ -91,6 +94,8 @@ async def client(url: str, audio: np.ndarray, speed: float, out: dict) -> None:
                     if isinstance(m, Final):
                         finals.append(m.text)
                         final_lat.extend(now - when_sent(w.end) for w in m.words)
+                        if m.endpoint and m.words:
+                            ttfs.append(now - when_sent(m.words[-1].end))
                     elif isinstance(m, Partial) and m.words:
                         partial_lat.append(now - when_sent(m.end))
 
@@ -106,7 +111,7 @@ async def client(url: str, audio: np.ndarray, speed: float, out: dict) -> None:
     except ConnectionError as exc:
         out["refused"] = str(exc)
         return
-    out.update(text=" ".join(finals), final=final_lat, partial=partial_lat)
+    out.update(text=" ".join(finals), final=final_lat, partial=partial_lat, ttfs=ttfs)
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -147,6 +152,7 @@ def run_level(url: str, pid: int, n: int, seconds: float, speed: float, clips: l
     served = [(o, ref) for o, (_, ref) in zip(outs, streams, strict=True) if "refused" not in o]
     finals = [x for o, _ in served for x in o["final"]]
     partials = [x for o, _ in served for x in o["partial"]]
+    ttfs = [x for o, _ in served for x in o["ttfs"]]
     wer = word_error_rate([r for _, r in served], [o["text"] for o, _ in served]) if served else None
     return {
         "clients": n,
@@ -156,10 +162,13 @@ def run_level(url: str, pid: int, n: int, seconds: float, speed: float, clips: l
         "final_p95": pct(finals, 95),
         "partial_p50": pct(partials, 50),
         "partial_p95": pct(partials, 95),
+        "endpoint_ttfs_p50": pct(ttfs, 50),
+        "endpoint_ttfs_p95": pct(ttfs, 95),
         "wer": None if wer is None else round(wer, 4),
         "cpu_percent": round(100 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / wall),
         "peak_rss_mb": mem["peak_rss_mb"],
         "rss_samples": mem["rss_samples"],
+        "cpu": cpu_name(),
     }
 
 
