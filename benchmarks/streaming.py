@@ -8,12 +8,19 @@ normaliser. Prints one JSON object per run. Figures, never asserts.
     .venv/bin/python benchmarks/streaming.py --category read_en --category nonspeech
     .venv/bin/python benchmarks/streaming.py --unaware --step 0.5
     .venv/bin/python benchmarks/streaming.py --category conversation_test   # benchmarks/conversation.py
+    .venv/bin/python benchmarks/streaming.py --offline-cache /tmp/offline   # reuse offline transcripts
+
+The offline transcript of a clip (its WER, and the word times latency is measured from) depends
+only on the audio, the model and its settings, not on the streaming settings compared:
+``--offline-cache`` keeps each one in a directory, keyed by all of them, for the next run.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import pickle
 import sys
 import time
 from dataclasses import replace
@@ -28,6 +35,23 @@ from benchmarks._common import shared_data_dir  # noqa: E402
 from benchmarks.scoring import Clip, edit_counts, normalize, read_manifest, word_error_rate  # noqa: E402
 
 
+class CachedTranscriber:
+    """A transcriber whose results are kept in ``directory``, keyed by the audio and ``setting``."""
+
+    def __init__(self, transcriber: Any, directory: Path, setting: str) -> None:
+        self._transcriber, self._directory, self._setting = transcriber, directory, setting
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def transcribe(self, audio: Any, options: Any) -> Any:
+        key = hashlib.sha256(audio.tobytes() + repr((self._setting, options)).encode()).hexdigest()[:32]
+        path = self._directory / f"{key}.pickle"
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        result = self._transcriber.transcribe(audio, options)
+        path.write_bytes(pickle.dumps(result))
+        return result
+
+
 def word_key(word: str) -> str:
     return normalize(word) or word.strip().lower()
 
@@ -35,7 +59,7 @@ def word_key(word: str) -> str:
 def summarize(clips: list[Clip], runs: list[Any]) -> dict[str, Any]:
     from streamwhisper.bench import latency_summary, rtf
 
-    pairs = list(zip(clips, runs))
+    pairs = list(zip(clips, runs, strict=True))
     speech = [(c, r) for c, r in pairs if c.category != "nonspeech"]
     nonspeech = [(c, r) for c, r in pairs if c.category == "nonspeech"]
     out: dict[str, Any] = {
@@ -98,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--step", type=float, help="seconds of new audio between recognitions")
     parser.add_argument("--transcripts", action="store_true", help="print each clip's streamed and offline text")
+    parser.add_argument("--offline-cache", type=Path, metavar="DIR", help="keep offline transcripts here for reuse")
     _add_model_flags(parser)
     args = parser.parse_args(argv)
 
@@ -113,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     streaming = config.streaming if args.step is None else replace(config.streaming, min_step_s=args.step)
     model = load_configured_model(config)
     recognizer = WhisperRecognizer(model, config.recognizer)
-    transcriber = Transcriber(model)
+    transcriber: Any = Transcriber(model)
+    if args.offline_cache:
+        transcriber = CachedTranscriber(transcriber, args.offline_cache, repr((config.model, config.recognizer)))
     runs = []
     for clip in clips:
         run = stream_file(
