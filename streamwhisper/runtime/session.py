@@ -116,6 +116,11 @@ class Session:
         return self.info.resume_token
 
     @property
+    def connected(self) -> bool:
+        """Whether a client connection is attached (False while a lost one may be resumed)."""
+        return not self._gone
+
+    @property
     def lag(self) -> float:
         """Seconds the transcript lags the audio (see :meth:`Pacing.lag`)."""
         return self.stream.lag
