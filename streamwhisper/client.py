@@ -29,6 +29,7 @@ have to send again is bounded (``max_buffer_s``, :mod:`streamwhisper.audio_backl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -60,7 +61,6 @@ from .runtime.dialects.native import (
 from .runtime.wire import Ack, ClientMessage, ConfigMessage, Eof, Finalize, KeepAlive, Unknown
 
 __all__ = ["Closed", "ConfigMessage", "Ready", "Reconnect", "ServerMessage", "Status", "StreamClient", "Unknown"]
-__all__ += ["stream_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -179,8 +179,10 @@ class StreamClient:
         assert ws is not None
         try:
             await ws.send(data)
-        except ConnectionClosed:
-            if not self._resume or self._ended:
+        except ConnectionClosed as exc:
+            if not self._resume or self._ended or (exc.rcvd is not None and exc.rcvd.code != 1001):
+                if resent:
+                    return  # the server ended the session: recv() reads why
                 raise
             await self._repair(generation)
             if not resent:
@@ -206,8 +208,10 @@ class StreamClient:
             assert ws is not None
             try:
                 frame = await ws.recv()
-            except ConnectionClosed:
-                if not self._resume or self._ended:
+            except ConnectionClosed as exc:
+                # lost (no close frame), or 1001 from a server shutting down: repaired; any
+                # other close ends the session (the server sent why)
+                if not self._resume or self._ended or (exc.rcvd is not None and exc.rcvd.code != 1001):
                     return None
                 await self._repair(generation)
                 continue
@@ -230,7 +234,8 @@ class StreamClient:
                 if self._backlog is not None:
                     self._backlog.release(self._session_frame + round(end * self._backlog.sample_rate))
                 if self._token:
-                    await self._send(encode_client_message(Ack(seq)), resent=True)
+                    with contextlib.suppress(ConnectionClosed):  # a lost connection shows in recv()
+                        await self._ws.send(encode_client_message(Ack(seq)))  # type: ignore[union-attr]
             case Error(code=code) if code not in _GOES_ON:
                 self._ended = True
             case Closed(reason="shutdown") if self._resume and self._has_more(message):
