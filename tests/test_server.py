@@ -239,7 +239,9 @@ def test_sigterm_mid_stream_delivers_finals_for_all_audio_sent(clips, tmp_path) 
         audio = {n: load_audio(clips[n].wav) for n in names}
 
         async def client(name: str, sent_all: asyncio.Event) -> tuple[list[ServerMessage | Unknown], int | None]:
-            async with StreamClient.connect(url) as c:
+            # resume=False: this test reads the server's own shutdown; a resuming client would go
+            # on in a new session (tests/test_resume_live.py)
+            async with StreamClient.connect(url, resume=False) as c:
                 assert c.ready is not None
                 x = audio[name]
                 for i in range(0, len(x), 1600):
