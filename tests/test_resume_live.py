@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from live_server import LiveServer
 from runtime_fakes import ClockLoop
@@ -44,7 +43,9 @@ def test_seeded_cuts_lose_and_duplicate_no_word(serving_model, clips: dict[str, 
 
 def start_daemon(port: int = 0) -> tuple[subprocess.Popen[str], int]:
     env = dict(os.environ, STREAMWHISPER_SERVER_PORT=str(port), STREAMWHISPER_MODEL_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "streamwhisper", "serve"], stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamwhisper", "serve"], stderr=subprocess.PIPE, text=True, env=env
+    )
     assert proc.stderr is not None
     line = proc.stderr.readline()
     found = re.search(r"ws://\S+:(\d+)/v1/stream", line)
@@ -89,11 +90,12 @@ def test_after_kill_9_the_client_is_refused_its_token_and_loses_no_audio(clips: 
         for p in [proc, *restarted]:
             p.kill()
             p.wait()
+            assert p.stderr is not None
+            p.stderr.close()
     finals = [m for m in messages if isinstance(m, Final)]
     text = " ".join(f.text for f in finals)
     assert word_error_rate([clip.reference], [text]) <= 0.2, text
     ends = [w.end for f in finals for w in f.words]
     assert ends == sorted(ends) and ends[-1] > 10.0, "times go on across the two sessions"
     closed = messages[-1]
-    assert isinstance(closed, Closed) and closed.audio_seconds == pytest.approx(11.0, abs=0.05)
-    assert np.isclose(len(audio) / 16000, 11.0, atol=0.01)
+    assert isinstance(closed, Closed) and closed.audio_seconds == pytest.approx(len(audio) / 16000, abs=0.05)
