@@ -184,9 +184,7 @@ def main() -> None:
         baseline, runs = asyncio.run(cut_runs(server, audio, range(args.runs), ("close", "stall")))
     print(f"cpu: {cpu_name()}; clip {args.clip} ({len(audio) / 16000:.1f} s, {len(baseline.words)} words)")
     print(f"uninterrupted: {' '.join(baseline.words)}")
-    print(
-        "| mode | runs | resumed | resume gap p50 / max (s) | words duplicated | words lost | runs off outside the window |"
-    )
+    print("| mode | runs | resumed | resume gap p50 / max (s) | words duplicated | words lost | off outside window |")
     print("|---|---|---|---|---|---|---|")
     for mode in ("close", "stall"):
         mine = [r for r in runs if r.mode == mode]
