@@ -3,7 +3,9 @@
 :class:`RemoteRecognition` is a :class:`~streamwhisper.listen.recognition.Recognition`: it sends
 16 kHz samples with :class:`~streamwhisper.client.StreamClient` and hands the events the server
 sends (``Partial``, ``Final``, ``SpeechStarted``, ``SpeechEnded``, ``Error``) to ``on_event``
-as they arrive.
+as they arrive. A lost connection is repaired by the client (it resumes the session, or goes on
+in a new one after a shutdown or a daemon restart, sending the audio it still holds again);
+only a connection that stays down for the client's ``reconnect_s`` ends the recognition.
 """
 
 from __future__ import annotations
@@ -61,14 +63,15 @@ class RemoteRecognition:
             return
         try:
             await self._client.send_audio(samples)
-        except ConnectionClosed:
-            raise StreamWhisperError(self._lost()) from None
+        except (ConnectionClosed, ConnectionError) as exc:
+            raise StreamWhisperError(f"{self._lost()}: {exc}") from None
 
     async def finish(self) -> None:
         assert self._client is not None and self._reader is not None
-        with contextlib.suppress(ConnectionClosed):  # a closed session is reported below
+        with contextlib.suppress(ConnectionClosed, ConnectionError):  # a closed session is reported below
             await self._client.eof()
-        await self._reader
+        with contextlib.suppress(ConnectionError):
+            await self._reader
         if self.closed is None:
             raise StreamWhisperError(self._lost())
 

@@ -29,6 +29,12 @@ class ServerConfig:
     idle_timeout_s: float = 60.0  # no message for this long ends the session; 0 = never
     # Messages waiting for a client that does not read; beyond this the session is closed (1008).
     max_outbox: int = 256
+    # Resume (native protocol): a session whose connection is lost is kept this many seconds for
+    # its client to reconnect with the ``resume_token`` of its ``ready``; 0 = no resume.
+    resume_grace_s: float = 30.0
+    # Finals a session keeps for replay until its client acknowledges them; when more wait, the
+    # oldest is dropped, and a resume that needed it is refused (resume_failed).
+    max_replay: int = 256
     # Requests run together by the inference worker (encoder batch and decoder steps).
     max_batch: int = 16
     # A session whose transcript lags this far behind its audio sends requests less often (longer
@@ -69,6 +75,10 @@ class ServerConfig:
             raise ConfigError("server.max_session_s and server.idle_timeout_s must be >= 0")
         if self.max_outbox < 8:
             raise ConfigError("server.max_outbox must be >= 8")
+        if self.resume_grace_s < 0:
+            raise ConfigError("server.resume_grace_s must be >= 0 (0 turns resume off)")
+        if self.max_replay < 1:
+            raise ConfigError("server.max_replay must be >= 1")
         if self.max_batch < 1:
             raise ConfigError("server.max_batch must be >= 1")
         if bool(self.tls_cert) != bool(self.tls_key):

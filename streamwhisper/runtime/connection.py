@@ -13,7 +13,13 @@ from typing import Protocol
 
 class ConnectionClosed(Exception):
     """The connection is closed: the client left, or the transport closed it (a malformed
-    frame, a missed keepalive)."""
+    frame, a missed keepalive). ``clean`` when the client closed it on purpose (a WebSocket
+    close frame), not when the connection was lost (a reset, an end of the TCP stream without a
+    close frame, a missed keepalive): a lost connection may come back (session resume)."""
+
+    def __init__(self, reason: str = "", clean: bool = False) -> None:
+        super().__init__(reason)
+        self.clean = clean
 
 
 class Connection(Protocol):

@@ -146,8 +146,10 @@ class WebSocketConnection:
                     raise self._too_big(f"a message of {size} bytes")
                 return data
             if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
-                # ERROR: aiohttp closed the connection itself (a malformed frame, a missed pong)
-                raise ConnectionClosed(str(message.data or message.type.name))
+                # ERROR: aiohttp closed the connection itself (a malformed frame, a missed pong);
+                # CLOSE: the client's close frame; CLOSED: the TCP stream ended without one
+                clean = message.type is WSMsgType.CLOSE
+                raise ConnectionClosed(str(message.data or message.type.name), clean=clean)
 
     def _too_big(self, what: str) -> ProtocolError:
         text = f"{what} over the limit of {self._limit} bytes"

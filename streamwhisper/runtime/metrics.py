@@ -44,6 +44,9 @@ class Metrics:
         self.queue_depth = Gauge("streamwhisper_queue_depth", "Requests waiting for the worker", registry=r)
         self.outbox_depth = Gauge("streamwhisper_outbox_messages", "Messages waiting for clients to read", registry=r)
         self.lag = Gauge("streamwhisper_mean_lag_seconds", "Mean transcript lag over open sessions", registry=r)
+        self.resumes = Counter(
+            "streamwhisper_resumes", "Session resumes by outcome (resumed, refused, expired)", ["outcome"], registry=r
+        )
         self.errors = Counter("streamwhisper_errors", "Errors by kind", ["kind"], registry=r)
         self.uploads = Counter(
             "streamwhisper_uploads", "OpenAI-compatible file requests by outcome", ["outcome"], registry=r

@@ -13,6 +13,9 @@ port (:mod:`.wyoming_server`); each of its requests is a session like the others
 
 Shutdown (SIGINT/SIGTERM, or :meth:`Daemon.shutdown`): stop accepting connections, turn every
 session's pending audio into finals, send them and ``closed``, close with 1001, stop the worker.
+
+A native session whose connection is lost is kept for ``resume_grace_s`` (:mod:`.resume`); a
+connection to ``/v1/stream?resume=<token>&last_seq=<n>`` takes it over.
 """
 
 from __future__ import annotations
@@ -263,6 +266,9 @@ class Daemon:
 
     async def _session(self, ws: Connection, dialect: Dialect) -> None:
         query = dict(ws.query)
+        if native.RESUME_PARAM in query and isinstance(dialect, native.NativeDialect):
+            await self._resume(ws, dialect, query)
+            return
         refusal = self._authorize(ws, query) or self.capacity_refusal()
         if refusal is not None:
             self.metrics.refused.labels(refusal.kind).inc()
@@ -278,7 +284,8 @@ class Daemon:
 
     async def run_session(self, ws: Connection, dialect: Dialect, settings: wire.SessionSettings) -> None:
         """Run an admitted session to its end (the Wyoming port admits its requests itself)."""
-        session = Session(ws, self.ctx, secrets.token_hex(8), settings, dialect)
+        resumable = dialect if isinstance(dialect, native.NativeDialect) else None
+        session = Session(ws, self.ctx, secrets.token_hex(8), settings, dialect, resumable)
         self.ctx.sessions.add(session)
         self.metrics.sessions.set(len(self.ctx.sessions))
         self.metrics.sessions_total.inc()
@@ -290,6 +297,32 @@ class Daemon:
         finally:
             self.ctx.sessions.discard(session)
             self.metrics.sessions.set(len(self.ctx.sessions))
+
+    async def _resume(self, ws: Connection, dialect: Dialect, query: dict[str, str]) -> None:
+        """A client reconnecting to its session (resume.py): the session takes the connection
+        over and lets it go when done with it; refused (``resume_failed``, 1008) when the token
+        names no session (unknown, expired, or the daemon restarted)."""
+        refusal = self._authorize(ws, query)
+        if refusal is None and self.ctx.shutdown.is_set():
+            refusal = ProtocolError("the server is shutting down", wire.CLOSE_GOING_AWAY, "shutting_down")
+        try:
+            if refusal is not None:
+                raise refusal
+            last_seq = wire.query_int(query, native.LAST_SEQ_PARAM, -1, -1, 2**62)
+            session = self.ctx.resumes.get(query[native.RESUME_PARAM])
+            if not isinstance(session, Session):
+                raise ProtocolError(
+                    "cannot resume: no session has this token (expired, or the server restarted); start a new session",
+                    wire.CLOSE_POLICY,
+                    "resume_failed",
+                )
+            await session.resume(ws, last_seq)
+        except ProtocolError as exc:
+            if exc.kind == "resume_failed":
+                self.metrics.resumes.labels("refused").inc()
+            else:
+                self.metrics.errors.labels(exc.kind).inc()
+            await self._reject(ws, dialect, exc)
 
     def _authorize(self, ws: Connection, query: dict[str, str]) -> ProtocolError | None:
         cfg = self.server

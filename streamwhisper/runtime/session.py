@@ -5,29 +5,24 @@ A session reads the socket (bounded by the message size limit and TCP backpressu
 worker), and queues the resulting messages in a bounded :class:`Outbox` that a writer task drains. However it ends (end
 of stream, finalize, bad input, shutdown, limits) the audio it already received becomes finals
 that are sent before the close, unless the client itself is gone.
+
+A session of a resumable dialect (:mod:`.resume`) outlives a lost connection: it keeps
+recognising, keeps its finals for replay, and takes the connection its client resumes with.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import dataclasses
-import functools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from streamwhisper.audio.convert import StreamResampler, pcm_to_float32
-from streamwhisper.audio.mel import SAMPLE_RATE
-from streamwhisper.errors import AudioFormatError, ProtocolError, StreamWhisperError
-from streamwhisper.events import Error, Event, Final, Partial
-from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
+from streamwhisper.errors import ProtocolError
 from streamwhisper.streaming.config import StreamingConfig
-from streamwhisper.streaming.streamer import Streamer
 
 from . import wire
 from .config import ServerConfig
@@ -35,10 +30,15 @@ from .connection import Connection, ConnectionClosed
 from .dialects import Dialect, SessionInfo, Texts
 from .metrics import Metrics
 from .outbox import Outbox
-from .pump import Outcome, Pump
+from .resume import ReplayBuffer, ResumableDialect, Resumes
+from .session_stream import SessionStream
 from .worker import InferenceWorker
 
 logger = logging.getLogger(__name__)
+
+
+def _resume_failed(why: str) -> ProtocolError:
+    return ProtocolError(f"cannot resume: {why}; start a new session", wire.CLOSE_POLICY, "resume_failed")
 
 
 @dataclass
@@ -52,6 +52,7 @@ class ServerContext:
     model_name: str
     shutdown: asyncio.Event
     sessions: set[Session] = dataclasses.field(default_factory=set)
+    resumes: Resumes = dataclasses.field(default_factory=Resumes)  # sessions a client may resume
     # seconds for lags and latencies: the event loop's clock, which the limits' timers run on
     clock: Callable[[], float] = time.monotonic
 
@@ -61,11 +62,17 @@ class ServerContext:
 
 
 class _Ended(Exception):
-    """The read loop ended the session: ``reason``, close ``code``, and whether to report it."""
+    """The read loop ended the session: ``reason``, close ``code``, and whether to report it;
+    ``lost`` when the connection was lost rather than closed (the session may be resumed)."""
 
-    def __init__(self, reason: str, code: int, error: ProtocolError | None = None) -> None:
+    def __init__(self, reason: str, code: int, error: ProtocolError | None = None, lost: bool = False) -> None:
         super().__init__(reason)
-        self.reason, self.code, self.error = reason, code, error
+        self.reason, self.code, self.error, self.lost = reason, code, error, lost
+
+
+# How a connection ended: (reason, close code, error to report, whether it was lost), or None
+# when a resume took it over.
+_Outcome = tuple[str, int, ProtocolError | None, bool]
 
 
 class Session:
@@ -76,6 +83,7 @@ class Session:
         session_id: str,
         settings: wire.SessionSettings,
         dialect: Dialect,
+        resumable: ResumableDialect | None = None,
     ) -> None:
         self.ws, self.ctx, self.dialect = ws, ctx, dialect
         server = ctx.server
@@ -90,85 +98,199 @@ class Session:
             },
         )
         self.outbox = Outbox(server.max_outbox)
-        self._lag = 0.0  # transcript lag measured at the last result
-        self._lag_at = 0.0  # when
-        self._audio_started = False
-        self._pump: Pump | None = None
-        self._resampler: StreamResampler | None = None
-        self._finished = asyncio.Event()
-        self._gone = False  # the client disconnected: nothing more to deliver
-        self._received = 0.0  # seconds of 16 kHz audio fed to the streamer
-        self._arrivals: deque[tuple[float, float]] = deque(maxlen=4096)  # (audio seconds, monotonic)
-        self._last_status = 0.0
+        self._resumable = resumable if server.resume_grace_s > 0 else None
+        self._replay = ReplayBuffer(server.max_replay)
+        keep = self._replay.add if self._resumable is not None else None
+        self.stream = SessionStream(ctx, self.info, dialect, self._send, keep)
+        self._gone = False  # no client connected: nothing to deliver (but finals to keep)
+        # resume: a connection waiting to take over
+        self._next: tuple[Connection, int, asyncio.Future[None]] | None = None
+        self._resume_wanted = asyncio.Event()
+        self._released: asyncio.Future[None] | None = None  # the current connection's handler waits on it
+        self._closing: set[asyncio.Task[None]] = set()  # connections being closed
+        self._ws_released = False  # the current connection is closed, or being closed
+        self._ending = False  # past the point where a resume can be taken
+
+    @property
+    def resume_token(self) -> str:
+        return self.info.resume_token
+
+    @property
+    def connected(self) -> bool:
+        """Whether a client connection is attached (False while a lost one may be resumed)."""
+        return not self._gone
 
     @property
     def lag(self) -> float:
-        """Seconds the transcript lags the audio: the last measured lag while requests keep coming
-        (or longer, while one is stuck at the worker); 0 once the session went quiet."""
-        now = self.ctx.clock()
-        waiting = 0.0
-        pump = self._pump
-        if pump is not None and pump.inflight is not None:
-            waiting = now - self._arrival(pump.inflight.end)
-        elif pump is None or now - self._lag_at > 2 * pump.streamer.step_s + 1.0:
-            return 0.0
-        return max(self._lag, waiting)
+        """Seconds the transcript lags the audio (see :meth:`Pacing.lag`)."""
+        return self.stream.lag
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        self._configure(self.info.settings)
+        self.stream.configure(self.info.settings)
+        if self._resumable is not None:
+            self.info.resume_token = self.ctx.resumes.add(self)
+            self.info.resume_grace_s = self.ctx.server.resume_grace_s
         self._send(self.dialect.ready(self.info))
-        writer = asyncio.create_task(self._write_loop(), name=f"{self.info.id}-writer")
-        reader = asyncio.create_task(self._read_loop(), name=f"{self.info.id}-reader")
-        shutdown = asyncio.create_task(self.ctx.shutdown.wait())
-        overflow = asyncio.create_task(self.outbox.overflowed.wait())
-        waits: set[asyncio.Task[Any]] = {reader, shutdown, overflow}
+        ends: set[asyncio.Task[Any]] = {asyncio.create_task(self.ctx.shutdown.wait())}
         limit = self.ctx.server.max_session_s
         if limit:
-            waits.add(asyncio.create_task(asyncio.sleep(limit)))
+            ends.add(asyncio.create_task(asyncio.sleep(limit)))
         try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            reason, code, error = self._outcome(reader, shutdown, overflow)
-            if reader is not None and not reader.done():
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reader
-            if error is not None:
-                self.ctx.metrics.errors.labels(error.kind).inc()
-                self._send(self.dialect.error(error.kind, str(error)))
-            if not self._gone:
-                await self._drain()
-                self._send(self.dialect.closed(self.info, reason))
-                await self._flush_outbox(writer)
-            await self.ws.close(code, reason[:120])
+            while True:
+                outcome = await self._serve(ends)
+                if outcome is not None and not (outcome[3] and self._resumable is not None):
+                    self._ending = True
+                    await self._end(*outcome[:3])
+                    return
+                if outcome is not None:  # lost: wait for the client to come back
+                    self._release(outcome[1], outcome[0])
+                    if not await self._wait_for_resume(ends):
+                        return
+                if not self._take_over():
+                    return
         finally:
-            for task in waits | {writer}:
+            self._ending = True
+            for task in ends:
                 task.cancel()
-            if self._pump is not None:
-                self._pump.close()
+            self.stream.close()
+            self.ctx.resumes.discard(self.info.resume_token)
+            if self._next is not None:
+                self._next[2].set_exception(_resume_failed("the session has ended"))
+            self._release(wire.CLOSE_GOING_AWAY, "ended")
+            await asyncio.gather(*self._closing)  # the original connection's handler returns after its close
 
-    def _outcome(
-        self, reader: asyncio.Task[None], shutdown: asyncio.Task[Any], overflow: asyncio.Task[Any]
-    ) -> tuple[str, int, ProtocolError | None]:
+    async def _serve(self, ends: set[asyncio.Task[Any]]) -> _Outcome | None:
+        """Serve the current connection until it ends: how it ended, or None when a resume
+        takes the session over."""
+        self._writer = asyncio.create_task(self._write_loop(), name=f"{self.info.id}-writer")
+        reader = asyncio.create_task(self._read_loop(), name=f"{self.info.id}-reader")
+        overflow = asyncio.create_task(self.outbox.overflowed.wait())
+        resume = asyncio.create_task(self._resume_wanted.wait())
+        try:
+            await asyncio.wait(ends | {reader, overflow, resume}, return_when=asyncio.FIRST_COMPLETED)
+            outcome = None if resume.done() else self._outcome(reader, overflow)
+        finally:
+            for task in (reader, overflow, resume):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+        if outcome is None or outcome[3]:
+            self._gone = True
+            self._writer.cancel()
+            if outcome is None:
+                self._release(wire.CLOSE_POLICY, "resumed_elsewhere")
+        return outcome
+
+    def _outcome(self, reader: asyncio.Task[None], overflow: asyncio.Task[Any]) -> _Outcome:
         if reader.done() and not reader.cancelled():
             exc = reader.exception()
             if isinstance(exc, _Ended):
-                return exc.reason, exc.code, exc.error
+                return exc.reason, exc.code, exc.error, exc.lost
             if exc is not None:
                 logger.error("session %s failed", self.info.id, exc_info=exc)
-                return "internal_error", wire.CLOSE_INTERNAL, ProtocolError(
-                    f"internal error: {type(exc).__name__}", wire.CLOSE_INTERNAL, "internal_error"
-                )
-            return "eof", wire.CLOSE_NORMAL, None
+                error = ProtocolError(f"internal error: {type(exc).__name__}", wire.CLOSE_INTERNAL, "internal_error")
+                return "internal_error", wire.CLOSE_INTERNAL, error, False
+            return "eof", wire.CLOSE_NORMAL, None, False
         if overflow.done():
+            self.ctx.metrics.errors.labels("client_not_reading").inc()
             self._gone = True
             error = ProtocolError("the client does not read its messages", wire.CLOSE_POLICY, "client_not_reading")
-            return "client_not_reading", wire.CLOSE_POLICY, error
-        if shutdown.done():
-            return "shutdown", wire.CLOSE_GOING_AWAY, None
+            return "client_not_reading", wire.CLOSE_POLICY, error, True
+        if self.ctx.shutdown.is_set():
+            return "shutdown", wire.CLOSE_GOING_AWAY, None, False
         error = ProtocolError("session duration limit reached", wire.CLOSE_POLICY, "session_too_long")
-        return "session_too_long", wire.CLOSE_POLICY, error
+        return "session_too_long", wire.CLOSE_POLICY, error, False
+
+    async def _end(self, reason: str, code: int, error: ProtocolError | None) -> None:
+        """End the session on its connection: its error, its last finals and ``closed``, the close."""
+        if error is not None and reason != "client_not_reading":  # counted when it happened
+            self.ctx.metrics.errors.labels(error.kind).inc()
+        if error is not None:
+            self._send(self.dialect.error(error.kind, str(error)))
+        if not self._gone:
+            await self.stream.drain()
+            self._send(self.dialect.closed(self.info, reason))
+            await self._flush_outbox(self._writer)
+        self._writer.cancel()
+        self._release(code, reason[:120])
+
+    def _release(self, code: int, reason: str) -> None:
+        """Close the current connection, if open, and then let its handler return (in the
+        background: a client that stopped reading holds a close up to its timeout)."""
+        if self._ws_released:
+            return
+        self._ws_released = True
+        ws, released, self._released = self.ws, self._released, None
+
+        async def close() -> None:
+            await ws.close(code, reason)
+            if released is not None and not released.done():
+                released.set_result(None)
+
+        task = asyncio.create_task(close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _wait_for_resume(self, ends: set[asyncio.Task[Any]]) -> bool:
+        """Wait for the client to resume, at most ``resume_grace_s``; False when the session is
+        to end instead (grace period over, shutdown, duration limit)."""
+        grace = asyncio.create_task(asyncio.sleep(self.ctx.server.resume_grace_s))
+        resume = asyncio.create_task(self._resume_wanted.wait())
+        try:
+            await asyncio.wait(ends | {grace, resume}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            grace.cancel()
+            resume.cancel()
+        if self._resume_wanted.is_set():
+            return True
+        self._ending = True
+        if grace.done():
+            self.ctx.metrics.resumes.labels("expired").inc()
+            logger.info("session %s: its client did not resume within the grace period; ended", self.info.id)
+        return False
+
+    def resume(self, ws: Connection, last_seq: int) -> asyncio.Future[None]:
+        """Hand the session the connection its client resumed with, to take over from the current
+        one (lost, or still believed alive); the future is done once the session lets it go.
+        Raises ProtocolError (``resume_failed``) when a final after ``last_seq`` is gone."""
+        assert self._resumable is not None
+        if self._ending:
+            raise _resume_failed("the session has ended")
+        if self._replay.since(last_seq) is None:
+            raise _resume_failed(f"finals after seq {last_seq} are no longer kept")
+        released = asyncio.get_running_loop().create_future()
+        if self._next is not None:  # an earlier resume, not taken yet: this one replaces it
+            old_released = self._next[2]
+            old_released.set_exception(ProtocolError("resumed again", wire.CLOSE_POLICY, "resumed_elsewhere"))
+        self._next = (ws, last_seq, released)
+        self._resume_wanted.set()
+        return released
+
+    def _take_over(self) -> bool:
+        """Switch to the resumed connection: ``resumed``, the finals its client missed, then on.
+        False when a final it needs was dropped meanwhile: the session ends, and the client is
+        refused as :meth:`resume` would have (its handler sends the error)."""
+        assert self._next is not None and self._resumable is not None
+        self.ws, last_seq, self._released = self._next
+        self._ws_released = False
+        self._next = None
+        self._resume_wanted.clear()
+        replay = self._replay.since(last_seq)
+        if replay is None:
+            assert self._released is not None
+            self._released.set_exception(_resume_failed(f"finals after seq {last_seq} are no longer kept"))
+            self._released, self._ws_released = None, True  # its handler answers and closes it
+            return False
+        self.outbox = Outbox(self.ctx.server.max_outbox)
+        self._gone = False
+        self._send(self._resumable.resumed(self.info, self.stream.frames))
+        for text in replay:
+            self.outbox.put(text)
+        self.ctx.metrics.resumes.labels("resumed").inc()
+        logger.info("session %s resumed after seq %d (%d finals replayed)", self.info.id, last_seq, len(replay))
+        return True
 
     async def _read_loop(self) -> None:
         idle = self.ctx.server.idle_timeout_s or None
@@ -182,17 +304,17 @@ class Session:
                     wire.CLOSE_POLICY,
                     ProtocolError(f"no message for {idle:g} s", wire.CLOSE_POLICY, "idle_timeout"),
                 ) from None
-            except ConnectionClosed:
+            except ConnectionClosed as exc:
                 self._gone = True
-                raise _Ended("client_gone", wire.CLOSE_NORMAL) from None
+                raise _Ended("client_gone", wire.CLOSE_NORMAL, lost=not exc.clean) from None
             except ProtocolError as exc:  # the connection refused a message unread (over max_message_bytes)
                 raise _Ended(exc.kind, exc.code, exc) from None
             try:
                 if isinstance(message, bytes):
-                    self._on_audio(message)
+                    self.stream.on_audio(message)
                 elif self._on_text(message):
                     return
-                self._take_marks()
+                self.stream.take_marks()
             except ProtocolError as exc:
                 raise _Ended(exc.kind, exc.code, exc) from None
 
@@ -206,172 +328,27 @@ class Session:
 
     def _on_message(self, message: wire.ClientMessage) -> bool:
         if isinstance(message, wire.Audio):
-            self._on_audio(message.data)
+            self.stream.on_audio(message.data)
         elif isinstance(message, wire.Reply):
             if message.error is not None:
                 self.ctx.metrics.errors.labels(message.error).inc()
             self._send(message.texts)
         elif isinstance(message, wire.ConfigMessage):
-            if self._audio_started:
+            if self.stream.audio_started:
                 raise ProtocolError("a config message must come before any audio", wire.CLOSE_INVALID, "out_of_order")
             settings = wire.apply_settings(self.info.settings, message.settings)
-            self._configure(settings)
+            self.stream.configure(settings)
             self._send(self.dialect.ready(self.info))
+        elif isinstance(message, wire.Ack):
+            self._replay.ack(message.seq)
         elif isinstance(message, wire.Finalize):
-            if self._pump is not None:
-                self._pump.finalize()
+            self.stream.finalize()
         elif isinstance(message, wire.Eof):
             return True
         elif isinstance(message, wire.Unknown):
             self.ctx.metrics.errors.labels("unknown_message").inc()
             self._send(self.dialect.error("unknown_message", f"unknown message type {message.type!r}; ignored"))
         return False
-
-    def _take_marks(self) -> None:
-        """Hand the marks the dialect asked for (``SessionInfo.marks``) to the pump."""
-        marks, self.info.marks = self.info.marks, []
-        for then in marks:
-            assert self._pump is not None
-            self._pump.mark(functools.partial(self._send_answer, then))
-
-    def _send_answer(self, then: Callable[[], Texts]) -> None:
-        self._send(then())
-
-    def _configure(self, settings: wire.SessionSettings) -> None:
-        if settings.model is not None and settings.model != self.ctx.model_name:
-            raise ProtocolError(
-                f"model {settings.model!r} is not enabled on this server (enabled: {self.ctx.model_name})",
-                wire.CLOSE_POLICY,
-                "model_not_enabled",
-            )
-        self.info.settings = settings
-        if self._pump is not None:
-            self._pump.close()
-        streamer = Streamer(self._streaming_config(settings), key=self.info.id)
-        self._pump = Pump(streamer, self.ctx.worker, self._emit, observer=self, on_finished=self._finished.set)
-        self._resampler = StreamResampler(settings.sample_rate)
-
-    def _streaming_config(self, settings: wire.SessionSettings) -> StreamingConfig:
-        base = self.ctx.streaming
-        vad, hold, pause_final = base.vad, base.pause_hold_ms, base.pause_final
-        if settings.endpointing_ms is not None:
-            ms = max(settings.endpointing_ms, vad.frame_ms)
-            if ms < vad.endpoint_ms and hold:  # finals at shorter pauses; utterances as the server cuts them
-                hold, pause_final = ms, True
-            else:
-                vad = dataclasses.replace(vad, endpoint_ms=ms)
-        return dataclasses.replace(
-            base, language=settings.language, task=settings.task, vad=vad, pause_hold_ms=hold, pause_final=pause_final
-        )
-
-    # -- audio and recognition -----------------------------------------------------------------
-
-    def _on_audio(self, data: bytes) -> None:
-        settings = self.info.settings
-        try:
-            samples = pcm_to_float32(data, settings.encoding, settings.channels)
-        except AudioFormatError as exc:
-            raise ProtocolError(str(exc), wire.CLOSE_INVALID, "invalid_audio") from None
-        self._audio_started = True
-        assert self._resampler is not None
-        self._feed(self._resampler.process(samples))
-        answer = self.dialect.audio(self.info)
-        if answer is not None:
-            self._send(*answer)
-
-    def _feed(self, samples: Any) -> None:
-        if not len(samples):
-            return
-        assert self._pump is not None
-        seconds = len(samples) / SAMPLE_RATE
-        self._received += seconds
-        self.info.audio_seconds = self._received
-        self.ctx.metrics.add_audio(seconds)
-        self._arrivals.append((self._received, self.ctx.clock()))
-        self._pump.feed(samples)
-
-    # -- what the pump reports (PumpObserver) --------------------------------------------------
-
-    def result(self, request: RecognitionRequest, outcome: Outcome) -> None:
-        if isinstance(outcome, Hypothesis):
-            self._adapt(self.ctx.clock() - self._arrival(request.end))
-        elif outcome is not None:
-            self.ctx.metrics.errors.labels("recognition_failed").inc()
-
-    def refused(self, request: RecognitionRequest) -> None:
-        self.ctx.metrics.errors.labels("worker_overloaded").inc()
-
-    def _adapt(self, lag: float) -> None:
-        """Longer steps (fewer requests, fewer partials) while the transcript lags the audio."""
-        assert self._pump is not None
-        streamer = self._pump.streamer
-        self._lag, self._lag_at = lag, self.ctx.clock()
-        server, streaming = self.ctx.server, self.ctx.streaming
-        high = min(server.max_step_s, streaming.max_window_s - streaming.force_commit_s)
-        step = streamer.step_s
-        # Only a saturated worker is overload; a lag of a batch or two on an idle one is not,
-        # and longer steps would only add latency there.
-        if lag > server.degrade_lag_s and self.ctx.worker.stats.utilization() > 0.9:
-            new = min(step * 1.5, high)
-        elif lag < server.degrade_lag_s / 3:
-            new = max(step / 1.5, streaming.min_step_s)
-        else:
-            new = step
-        now = self.ctx.clock()
-        if new != step or (lag > server.degrade_lag_s and now - self._last_status > 5.0):
-            streamer.step_s = new
-            self._last_status = now
-            self._send(self.dialect.status(lag, new))
-
-    def _arrival(self, audio_s: float) -> float:
-        """When the audio up to ``audio_s`` had been received (monotonic seconds)."""
-        arrivals = self._arrivals
-        if not arrivals:
-            return self.ctx.clock()
-        i = bisect.bisect_left(arrivals, audio_s - 1e-6, key=lambda a: a[0])
-        return arrivals[min(i, len(arrivals) - 1)][1]
-
-    async def _drain(self) -> None:
-        """Turn every sample received into finals: flush the pump and wait for its requests."""
-        pump = self._pump
-        if pump is None:
-            return
-        if self._resampler is not None:
-            with contextlib.suppress(StreamWhisperError):
-                self._feed(self._resampler.flush())
-        pump.flush()
-        self._take_marks()
-        if not pump.finished and not self.ctx.shutdown.is_set():
-            # the client ended its stream: it gets every word it sent, however busy the worker
-            # is; a shutdown meanwhile puts the deadline below on what is left
-            finished = asyncio.create_task(self._finished.wait())
-            shutdown = asyncio.create_task(self.ctx.shutdown.wait())
-            await asyncio.wait({finished, shutdown}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (finished, shutdown):
-                task.cancel()
-        if not pump.finished:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.ctx.server.shutdown_timeout_s):
-                    await self._finished.wait()
-
-    # -- output ---------------------------------------------------------------------------------
-
-    def _emit(self, events: list[Event]) -> None:
-        now = self.ctx.clock()
-        for event in events:
-            if isinstance(event, Error):
-                self._send(self.dialect.error(event.code, event.message))
-                continue
-            if isinstance(event, (Partial, Final)) and event.words:
-                latency = max(now - self._arrival(event.end), 0.0)
-                if isinstance(event, Final):
-                    self.ctx.metrics.final_latency.observe(latency)
-                    self.info.words += len(event.words)
-                    self.info.finals += 1
-                else:
-                    self.ctx.metrics.partial_latency.observe(latency)
-            self._send(self.dialect.event(event, self.info), replaceable=isinstance(event, Partial))
-        self._take_marks()  # asked for while handling these events (a worker result may end a turn)
 
     def _send(self, texts: Texts, replaceable: bool = False) -> None:
         if texts is None or self._gone:

@@ -141,6 +141,12 @@ def apply_settings(base: SessionSettings, values: Mapping[str, Any]) -> SessionS
     return dataclasses.replace(base, **changes)
 
 
+def query_int(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    """The integer query parameter ``name`` (``default`` when absent); ProtocolError when it is
+    not an integer in [low, high]."""
+    return _int(name, params[name], low, high) if name in params else default
+
+
 def settings_from_query(params: Mapping[str, str], base: SessionSettings | None = None) -> SessionSettings:
     """``base`` (default: the defaults) with the query's settings applied (``token`` skipped)."""
     return apply_settings(base or SessionSettings(), {k: v for k, v in params.items() if k not in QUERY_IGNORED})
@@ -164,6 +170,13 @@ class Finalize:
 @dataclass(frozen=True)
 class KeepAlive:
     """Resets the idle timer; nothing else."""
+
+
+@dataclass(frozen=True)
+class Ack:
+    """The client holds every final up to ``seq``: the session need not keep them for a resume."""
+
+    seq: int
 
 
 @dataclass(frozen=True)
@@ -197,7 +210,7 @@ class Unknown:
     type: str
 
 
-ClientMessage: TypeAlias = ConfigMessage | Finalize | KeepAlive | Eof | Audio | Reply | Unknown
+ClientMessage: TypeAlias = ConfigMessage | Finalize | KeepAlive | Ack | Eof | Audio | Reply | Unknown
 
 
 def parse_json_object(text: str) -> dict[str, Any]:

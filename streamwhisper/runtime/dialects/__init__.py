@@ -59,6 +59,10 @@ class SessionInfo:
     audio_seconds: float = 0.0
     words: int = 0
     finals: int = 0
+    # resume (native sessions, server.resume_grace_s > 0): the token a client resumes with, and
+    # how long the session waits for it after its connection is lost; "" and 0 otherwise
+    resume_token: str = ""
+    resume_grace_s: float = 0.0
     # A dialect that must know when a turn's transcript is complete leaves a callback here (from
     # parse or event). After each client message, each batch of events and the flush at the end
     # of the stream, the session hands them to its Pump as marks: each is called once every

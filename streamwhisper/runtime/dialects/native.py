@@ -6,9 +6,9 @@ One function pair per direction, the only code that writes or reads the protocol
     client -> server:  encode_client_message(message)           -> text -> decode_client_message(text)
 
 Server messages are the events of :mod:`streamwhisper.events` (``Partial``, ``Final``,
-``SpeechStarted``, ``SpeechEnded``, ``Error``) and :class:`Ready`, :class:`Status` and
-:class:`Closed`. Client messages are ``wire``'s :class:`~streamwhisper.runtime.wire.ConfigMessage`,
-``Finalize``, ``KeepAlive`` and ``Eof``.
+``SpeechStarted``, ``SpeechEnded``, ``Error``) and :class:`Ready`, :class:`Resumed`,
+:class:`Status` and :class:`Closed`. Client messages are ``wire``'s
+:class:`~streamwhisper.runtime.wire.ConfigMessage`, ``Finalize``, ``KeepAlive``, ``Ack`` and ``Eof``.
 
 What the encoding loses: times are rounded to milliseconds and word probabilities to three
 decimals, words are sent without Whisper's leading space, and the session's settings may leave
@@ -31,6 +31,7 @@ from streamwhisper.errors import ProtocolError
 from streamwhisper.events import Error, Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 
 from ..wire import (
+    Ack,
     ClientMessage,
     ConfigMessage,
     Eof,
@@ -45,6 +46,10 @@ from ..wire import (
 
 PROTOCOL = "streamwhisper.v1"
 STREAM_PATH = "/v1/stream"
+# Query parameters of a resuming connection: the token of its ``ready``, and the seq of the last
+# final it holds (-1: none).
+RESUME_PARAM = "resume"
+LAST_SEQ_PARAM = "last_seq"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,19 @@ class Ready:
     config: SessionSettings  # the effective settings
     limits: Mapping[str, Any]  # max_message_bytes, max_session_s, idle_timeout_s
     protocol: str = PROTOCOL
+    resume_token: str = ""  # "" when the server does not keep sessions for resume
+    resume_grace_s: float = 0.0  # how long it keeps one after its connection is lost
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """The first message on a resumed connection: the same session, and how much of the client's
+    audio the server holds (sample frames at the session's rate; the client sends on from there).
+    The finals after the client's ``last_seq`` follow."""
+
+    session_id: str
+    audio_frames: int
+    audio_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +97,7 @@ class Closed:
 # Settings that leave nothing out: partials are sent, with their words.
 SEND_ALL = SessionSettings()
 
-ServerMessage: TypeAlias = Ready | Partial | Final | SpeechStarted | SpeechEnded | Status | Error | Closed
+ServerMessage: TypeAlias = Ready | Resumed | Partial | Final | SpeechStarted | SpeechEnded | Status | Error | Closed
 
 
 # Server -> client ---------------------------------------------------------------------------
@@ -121,13 +139,23 @@ def _server_object(message: ServerMessage, settings: SessionSettings) -> dict[st
         case Error(code=code, message=text):
             return {"type": "error", "code": code, "message": text}
         case Ready():
-            return {
+            ready: dict[str, Any] = {
                 "type": "ready",
                 "protocol": message.protocol,
                 "session_id": message.session_id,
                 "model": message.model,
                 "config": message.config.as_json(),
                 "limits": dict(message.limits),
+            }
+            if message.resume_token:
+                ready |= {"resume_token": message.resume_token, "resume_grace_s": message.resume_grace_s}
+            return ready
+        case Resumed():
+            return {
+                "type": "resumed",
+                "session_id": message.session_id,
+                "audio_frames": message.audio_frames,
+                "audio_seconds": _t(message.audio_seconds),
             }
         case Status(lag=lag, step=step):
             return {"type": "status", "lag": _t(lag), "step": _t(step)}
@@ -166,6 +194,9 @@ class _Fields:
             raise ProtocolError(f"{self._where}: {name!r} must be {what}, got {value!r:.80}")
         return value
 
+    def has(self, name: str) -> bool:
+        return name in self._data
+
     def text(self, name: str) -> str:
         return str(self._get(name, lambda v: isinstance(v, str), "a string"))
 
@@ -195,7 +226,8 @@ def _word(f: _Fields) -> Word:
 
 def _ready(f: _Fields) -> Ready:
     config = SessionSettings.from_json(f.object("config"))
-    return Ready(f.text("session_id"), f.text("model"), config, f.object("limits"), f.text("protocol"))
+    token, grace = (f.text("resume_token"), f.number("resume_grace_s")) if f.has("resume_token") else ("", 0.0)
+    return Ready(f.text("session_id"), f.text("model"), config, f.object("limits"), f.text("protocol"), token, grace)
 
 
 def _partial(f: _Fields) -> Partial:
@@ -209,6 +241,7 @@ def _final(f: _Fields) -> Final:
 
 _SERVER_READERS: dict[str, Callable[[_Fields], ServerMessage]] = {
     "ready": _ready,
+    "resumed": lambda f: Resumed(f.text("session_id"), f.count("audio_frames"), f.number("audio_seconds")),
     "partial": _partial,
     "final": _final,
     "speech_started": lambda f: SpeechStarted(f.number("time")),
@@ -242,6 +275,8 @@ def encode_client_message(message: ClientMessage) -> str:
             return dumps({"type": "finalize"})
         case KeepAlive():
             return dumps({"type": "keepalive"})
+        case Ack(seq=seq):
+            return dumps({"type": "ack", "seq": seq})
         case Eof():
             return dumps({"type": "eof"})
         case Unknown(type=kind):
@@ -256,12 +291,14 @@ def decode_client_message(text: str) -> ClientMessage:
     data = parse_json_object(text)
     kind = data.get("type")
     if not isinstance(kind, str):
-        raise ProtocolError('a control message needs a string "type" (config, finalize, keepalive or eof)')
+        raise ProtocolError('a control message needs a string "type" (config, finalize, keepalive, ack or eof)')
     if kind == "config":
         settings = {k: v for k, v in data.items() if k != "type"}
         if isinstance(settings.get("config"), Mapping) and len(settings) == 1:
             settings = dict(settings["config"])  # {"type": "config", "config": {...}}
         return ConfigMessage(settings)
+    if kind == "ack" and set(data) == {"type", "seq"}:
+        return Ack(_Fields(data, "message 'ack'").count("seq"))
     if len(data) > 1:
         raise ProtocolError(f"message {kind!r} takes no fields")
     if kind == "finalize":
@@ -285,7 +322,11 @@ class NativeDialect:
         return decode_client_message(text)
 
     def ready(self, session: Any) -> str | None:
-        return encode_server_message(Ready(session.id, session.model, session.settings, session.limits))
+        info = session.id, session.model, session.settings, session.limits, PROTOCOL
+        return encode_server_message(Ready(*info, session.resume_token, session.resume_grace_s))
+
+    def resumed(self, session: Any, frames: int) -> str | None:
+        return encode_server_message(Resumed(session.id, frames, session.audio_seconds))
 
     def event(self, event: Event, session: Any) -> str | None:
         return encode_server_message(event, session.settings)
