@@ -10,8 +10,8 @@ turn) at real time over one protocol and, per turn, measures:
   turn's last voiced frame (webrtcvad), the audio up to there sent first; ``--client-stop end``
   sends it right after the clip's last sample instead (read_en clips end 0.09 s after their last
   voiced frame at the median);
-- ``endpoint``: the client keeps sending silence; from the end of the turn's last word (its time
-  in the stream, when that audio was sent) to the final the server's own endpointing makes.
+- ``endpoint``: the client keeps sending silence; from the end of the turn's speech (its last
+  voiced frame, when that audio was sent) to the final the server's own endpointing makes.
 
 REST endpoints (OpenAI ``/v1/audio/transcriptions``, Deepgram ``POST /v1/listen``) have no live
 turn: their TTFS is from the request's last byte to the answer, for the clip as a WAV file.
@@ -53,7 +53,8 @@ from streamwhisper.audio.files import load_audio  # noqa: E402
 from streamwhisper.bench import cpu_name, last_voiced_end  # noqa: E402
 
 LastEnd = Callable[[dict], float | None]  # a final's last word end (stream seconds), or None
-Clip = tuple[np.ndarray, np.ndarray]  # a turn's audio up to the client's end-of-turn message, and the rest
+# a turn's audio up to the client's end-of-turn message, the rest, and where its speech ends (s)
+Clip = tuple[np.ndarray, np.ndarray, float]
 CHUNK = 1600  # 100 ms per message, as live clients send
 GAP_S = 1.0  # silence between turns
 ENDPOINT_WAIT_S = 2.5  # silence sent after a turn in endpoint mode before its messages are read
@@ -111,8 +112,8 @@ async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> lis
 
         reader = asyncio.create_task(read())
         clock = [0.0, time.monotonic()]
-        for head, tail in clips:
-            turn = Turn()
+        for head, tail, speech_end in clips:
+            turn, began = Turn(), clock[0]
             await _paced(ws.send, float32_to_pcm_s16le(head), clock, turn)
             if mode == "finalize":
                 out.append(await _finalized(ws, live, arrivals))
@@ -120,7 +121,7 @@ async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> lis
             else:  # the client goes on sending silence; the server's own endpointing ends the turn
                 await _paced(ws.send, float32_to_pcm_s16le(tail), clock, turn)
                 await _paced(ws.send, bytes(int(ENDPOINT_WAIT_S * 32000)), clock, Turn())
-                out.append(_endpointed(live, arrivals, turn))
+                out.append(_endpointed(live, arrivals, turn.sent_at(began + speech_end)))
             await _paced(ws.send, bytes(int(GAP_S * 32000)), clock, Turn())
         await ws.send(live.eof)
         reader.cancel()
@@ -140,17 +141,17 @@ async def _finalized(ws: Any, live: Live, arrivals: asyncio.Queue[tuple[float, d
     return float("nan")
 
 
-def _endpointed(live: Live, arrivals: asyncio.Queue[tuple[float, dict]], turn: Turn) -> float:
-    """The turn's messages so far: from when its last word's end was sent to the final holding
-    that word (the one whose last word ends latest; an endpoint's final, or an earlier one when
-    every word was final before the endpoint)."""
+def _endpointed(live: Live, arrivals: asyncio.Queue[tuple[float, dict]], speech_ended: float) -> float:
+    """The turn's messages so far: from ``speech_ended`` (when the audio of its last voiced frame
+    was sent) to the final holding its last word (the one whose last word ends latest; an
+    endpoint's final, or an earlier one when every word was final before the endpoint)."""
     best: tuple[float, float] | None = None  # (last word end, arrival)
     while not arrivals.empty():
         at, message = arrivals.get_nowait()
         end = live.last_end(message) if live.final(message) else None
         if end is not None and (best is None or end > best[0]):
             best = (end, at)
-    return float("nan") if best is None else best[1] - turn.sent_at(best[0])
+    return float("nan") if best is None else best[1] - speech_ended
 
 
 def _native_final(m: dict) -> bool:
@@ -204,7 +205,7 @@ async def realtime_turns(base: str, clips: list[Clip], mode: str) -> list[float]
             await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(data).decode()}))
 
         clock = [0.0, time.monotonic()]
-        for head, _ in clips:
+        for head, _, _ in clips:
             await _paced(append, float32_to_pcm_s16le(resample(head, 16000, 24000)), clock, Turn(), rate=24000)
             asked = time.monotonic()
             await ws.send('{"type":"input_audio_buffer.commit"}')
@@ -234,7 +235,7 @@ async def _rest(clips: list[Clip], post: Callable[[aiohttp.ClientSession, bytes]
     """Upload each clip; the seconds to each answer, NaN for a refusal (``max_uploads``: 429)."""
     out = []
     async with aiohttp.ClientSession() as http:
-        for head, tail in clips:
+        for head, tail, _ in clips:
             began = time.monotonic()
             status = await post(http, _wav(np.concatenate([head, tail])))
             out.append(time.monotonic() - began if status == 200 else float("nan"))
@@ -273,7 +274,7 @@ async def wyoming_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
     out: list[float] = []
     async with AsyncTcpClient(host, int(port)) as client:
         clock = [0.0, time.monotonic()]
-        for audio, _ in clips:
+        for audio, _, _ in clips:
             await client.write_event(Transcribe(language="en").event())
             await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
 
@@ -310,13 +311,15 @@ ENDPOINTS: dict[str, tuple[Callable[[str, list[np.ndarray], str], Awaitable[list
 
 def split_turn(audio: np.ndarray, client_stop: float | None) -> Clip:
     """The clip up to where the client ends its turn (``client_stop`` s after its last voiced
-    frame, silence added if the clip ends sooner; None: the clip's end), and the rest."""
+    frame, silence added if the clip ends sooner; None: the clip's end), the rest, and where the
+    speech ends (its last voiced frame)."""
+    speech_end = last_voiced_end(audio)
     if client_stop is None:
-        return audio, audio[:0]
-    cut = round((last_voiced_end(audio) + client_stop) * 16000)
+        return audio, audio[:0], speech_end
+    cut = round((speech_end + client_stop) * 16000)
     if cut > len(audio):
         audio = np.concatenate([audio, np.zeros(cut - len(audio), np.float32)])
-    return audio[:cut], audio[cut:]
+    return audio[:cut], audio[cut:], speech_end
 
 
 def _or_nan(value: float | None) -> float:
