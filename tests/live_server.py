@@ -20,10 +20,13 @@ class LiveServer:
     """``with LiveServer(model, max_sessions=2) as server: ... server.url ...``
 
     Keyword arguments override ``[server]`` settings; ``streaming=`` replaces the streaming config;
-    ``name`` is the model's name the daemon reports.
+    ``name`` is the model's name the daemon reports; ``wrap`` puts a recogniser of the test's
+    around the real one (a fault injected at the Recognizer seam).
     """
 
-    def __init__(self, model: Any, streaming: Any = None, name: str = "tiny.en", **server: Any) -> None:
+    def __init__(
+        self, model: Any, streaming: Any = None, name: str = "tiny.en", wrap: Any = None, **server: Any
+    ) -> None:
         base = Config()
         config = dataclasses.replace(
             base,
@@ -33,6 +36,7 @@ class LiveServer:
         self.daemon_config = config
         self._model = model
         self._name = name
+        self._wrap = wrap or (lambda recognizer: recognizer)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="live-server", daemon=True)
         self.daemon: Daemon | None = None
@@ -42,7 +46,7 @@ class LiveServer:
 
         async def start() -> Daemon:
             config = self.daemon_config
-            daemon = Daemon(config.server, config.streaming, WhisperRecognizer(self._model), self._name)
+            daemon = Daemon(config.server, config.streaming, self._wrap(WhisperRecognizer(self._model)), self._name)
             await daemon.start()
             return daemon
 

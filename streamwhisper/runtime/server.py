@@ -12,7 +12,8 @@ With ``wyoming_port``, the Wyoming protocol (Home Assistant's speech-to-text) ha
 port (:mod:`.wyoming_server`); each of its requests is a session like the others.
 
 Shutdown (SIGINT/SIGTERM, or :meth:`Daemon.shutdown`): stop accepting connections, turn every
-session's pending audio into finals, send them and ``closed``, close with 1001, stop the worker.
+session's pending audio into finals, send them and ``closed``, close with 1001, stop the worker;
+all within ``shutdown_timeout_s`` however busy the worker is (:mod:`.shutdown` has the phases).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .metrics import Metrics
 from .offline import ModelInfo
 from .openai_rest import OpenAIRest
 from .session import ServerContext, Session
+from .shutdown import Shutdown
 from .uploads import UploadGate
 from .worker import InferenceWorker
 from .wyoming_server import WyomingServer
@@ -108,7 +110,8 @@ class Daemon:
             on_batch=self.metrics.observe_batch,
             clock=clock,
         )
-        self.ctx = ServerContext(server, streaming, worker, self.metrics, model_name, asyncio.Event(), clock=clock)
+        shutdown = Shutdown(server.shutdown_timeout_s, clock)
+        self.ctx = ServerContext(server, streaming, worker, self.metrics, model_name, shutdown, clock=clock)
         # path -> a factory of per-session dialects (compatible protocols keep per-session state)
         self._dialects: dict[str, Callable[[], Dialect]] = {
             native.STREAM_PATH: native.NativeDialect,
@@ -185,19 +188,22 @@ class Daemon:
             await self._closed.wait()
             return
         logger.info("shutting down: finalising %d session(s)", len(self.ctx.sessions))
-        self.ctx.shutdown.set()
+        shutdown = self.ctx.shutdown
+        shutdown.begin()
         self._front.stop_accepting()  # sessions and uploads end themselves
         wyoming = self._wyoming.tasks if self._wyoming is not None else set()
         if self._wyoming is not None:
             self._wyoming.stop_accepting()
         if self._handlers or wyoming:
-            await asyncio.wait(self._handlers | wyoming, timeout=self.server.shutdown_timeout_s + 5)
+            _, late = await asyncio.wait(self._handlers | wyoming, timeout=shutdown.left(shutdown.finish_s / 2))
+            for task in late:  # past the deadline (a close handshake the client never answers)
+                task.cancel()
         if self._zeroconf is not None:
             await wyoming_zeroconf.withdraw(self._zeroconf)
         if self._wyoming is not None:
             await self._wyoming.close()
         await self._front.close()
-        await self.ctx.worker.stop()
+        await self.ctx.worker.stop(within_s=shutdown.left())
         self._closed.set()
 
     # -- routing -----------------------------------------------------------------------------------

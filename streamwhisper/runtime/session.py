@@ -36,6 +36,7 @@ from .dialects import Dialect, SessionInfo, Texts
 from .metrics import Metrics
 from .outbox import Outbox
 from .pump import Outcome, Pump
+from .shutdown import Shutdown
 from .worker import InferenceWorker
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class ServerContext:
     worker: InferenceWorker
     metrics: Metrics
     model_name: str
-    shutdown: asyncio.Event
+    shutdown: Shutdown
     sessions: set[Session] = dataclasses.field(default_factory=set)
     # seconds for lags and latencies: the event loop's clock, which the limits' timers run on
     clock: Callable[[], float] = time.monotonic
@@ -96,6 +97,7 @@ class Session:
         self._pump: Pump | None = None
         self._resampler: StreamResampler | None = None
         self._finished = asyncio.Event()
+        self._failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
         self._gone = False  # the client disconnected: nothing more to deliver
         self._received = 0.0  # seconds of 16 kHz audio fed to the streamer
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=4096)  # (audio seconds, monotonic)
@@ -123,7 +125,7 @@ class Session:
         reader = asyncio.create_task(self._read_loop(), name=f"{self.info.id}-reader")
         shutdown = asyncio.create_task(self.ctx.shutdown.wait())
         overflow = asyncio.create_task(self.outbox.overflowed.wait())
-        waits: set[asyncio.Task[Any]] = {reader, shutdown, overflow}
+        waits: set[asyncio.Future[Any]] = {reader, shutdown, overflow, self._failure}
         limit = self.ctx.server.max_session_s
         if limit:
             waits.add(asyncio.create_task(asyncio.sleep(limit)))
@@ -151,15 +153,15 @@ class Session:
     def _outcome(
         self, reader: asyncio.Task[None], shutdown: asyncio.Task[Any], overflow: asyncio.Task[Any]
     ) -> tuple[str, int, ProtocolError | None]:
+        if self._failure.done():  # recognition failed on this session's audio (the pump gave up)
+            return _internal_error(self._failure.result())
         if reader.done() and not reader.cancelled():
             exc = reader.exception()
             if isinstance(exc, _Ended):
                 return exc.reason, exc.code, exc.error
             if exc is not None:
                 logger.error("session %s failed", self.info.id, exc_info=exc)
-                return "internal_error", wire.CLOSE_INTERNAL, ProtocolError(
-                    f"internal error: {type(exc).__name__}", wire.CLOSE_INTERNAL, "internal_error"
-                )
+                return _internal_error(exc)
             return "eof", wire.CLOSE_NORMAL, None
         if overflow.done():
             self._gone = True
@@ -248,7 +250,7 @@ class Session:
         if self._pump is not None:
             self._pump.close()
         streamer = Streamer(self._streaming_config(settings), key=self.info.id)
-        self._pump = Pump(streamer, self.ctx.worker, self._emit, observer=self, on_finished=self._finished.set)
+        self._pump = Pump(streamer, self.ctx.worker, self._emit, self, self._finished.set, self._failure.set_result)
         self._resampler = StreamResampler(settings.sample_rate)
 
     def _streaming_config(self, settings: wire.SessionSettings) -> StreamingConfig:
@@ -351,8 +353,9 @@ class Session:
                 task.cancel()
         if not pump.finished:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.ctx.server.shutdown_timeout_s):
+                async with asyncio.timeout(self.ctx.shutdown.recognition_left()):
                     await self._finished.wait()
+            pump.give_up()  # past the deadline: what was heard becomes the last finals
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -388,4 +391,9 @@ class Session:
         """Let the writer send what is queued (the last message is ``closed``), then stop it."""
         self.outbox.close()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(writer), self.ctx.server.shutdown_timeout_s)
+            await asyncio.wait_for(asyncio.shield(writer), self.ctx.shutdown.sending_left())
+
+
+def _internal_error(exc: BaseException) -> tuple[str, int, ProtocolError]:
+    error = ProtocolError(f"internal error: {type(exc).__name__}", wire.CLOSE_INTERNAL, "internal_error")
+    return "internal_error", wire.CLOSE_INTERNAL, error
