@@ -59,6 +59,10 @@ class ServerConfig:
     wyoming_port: int = 0
     wyoming_host: str = ""
     wyoming_zeroconf: bool = False
+    # HAProxy's agent check on this TCP port (on host): it answers the free share of
+    # max_sessions as a weight ("ready 75%"), or "drain" while shutting down. 0 = off, -1 = any
+    # free port.
+    agent_port: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -87,5 +91,7 @@ class ServerConfig:
             raise ConfigError("server.max_upload_bytes must be >= 1024 and server.max_upload_s > 0")
         if not -1 <= self.wyoming_port <= 65535:
             raise ConfigError("server.wyoming_port must be in [-1, 65535] (0 = off, -1 = any free port)")
+        if not -1 <= self.agent_port <= 65535:
+            raise ConfigError("server.agent_port must be in [-1, 65535] (0 = off, -1 = any free port)")
         if self.max_uploads < 0:
             raise ConfigError("server.max_uploads must be >= 0 (0 turns uploads off)")
