@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also serve the Wyoming protocol (Home Assistant) on this TCP port, e.g. 10300 (default off)",
     )
     sv.add_argument(
+        "--agent-port",
+        type=int,
+        metavar="PORT",
+        help="answer HAProxy's agent-check on this TCP port with the free capacity (default off)",
+    )
+    sv.add_argument(
         "--wyoming-zeroconf",
         action="store_true",
         default=None,
@@ -139,6 +145,7 @@ def resolve_config(args: argparse.Namespace) -> Config:
             "max_upload_bytes": getattr(args, "max_upload_bytes", None),
             "wyoming_port": getattr(args, "wyoming_port", None),
             "wyoming_zeroconf": getattr(args, "wyoming_zeroconf", None),
+            "agent_port": getattr(args, "agent_port", None),
         },
     }
     if getattr(args, "command", None) != "transcribe":  # its --beam-size and --temperatures are offline options
@@ -237,6 +244,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if config.server.wyoming_port:
             host = config.server.wyoming_host or config.server.host
             print(f"streamwhisper: Wyoming (Home Assistant) on tcp://{host}:{daemon.wyoming_port}", file=sys.stderr)
+        if config.server.agent_port:
+            agent = f"tcp://{config.server.host}:{daemon.agent_port}"
+            print(f"streamwhisper: HAProxy agent check on {agent}", file=sys.stderr)
         await daemon.serve_forever()
 
     asyncio.run(run())

@@ -21,11 +21,18 @@ class LiveServer:
 
     Keyword arguments override ``[server]`` settings; ``streaming=`` replaces the streaming config;
     ``name`` is the model's name the daemon reports; ``loop`` the event loop to run it on (a
-    runtime_fakes.ClockLoop lets the test move its timers on).
+    runtime_fakes.ClockLoop lets the test move its timers on); ``wrap`` puts a recogniser of the
+    test's around the real one (a fault injected at the Recognizer seam).
     """
 
     def __init__(
-        self, model: Any, streaming: Any = None, name: str = "tiny.en", loop: Any = None, **server: Any
+        self,
+        model: Any,
+        streaming: Any = None,
+        name: str = "tiny.en",
+        loop: Any = None,
+        wrap: Any = None,
+        **server: Any,
     ) -> None:
         base = Config()
         config = dataclasses.replace(
@@ -36,6 +43,7 @@ class LiveServer:
         self.daemon_config = config
         self._model = model
         self._name = name
+        self._wrap = wrap or (lambda recognizer: recognizer)
         self._loop = loop or asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="live-server", daemon=True)
         self.daemon: Daemon | None = None
@@ -45,7 +53,7 @@ class LiveServer:
 
         async def start() -> Daemon:
             config = self.daemon_config
-            recognizer = WhisperRecognizer(self._model)
+            recognizer = self._wrap(WhisperRecognizer(self._model))
             daemon = Daemon(config.server, config.streaming, recognizer, self._name, clock=self._loop.time)
             await daemon.start()
             return daemon

@@ -365,25 +365,28 @@ async def test_connections_are_refused_with_the_right_code_and_keys_come_as_clie
 
 @FAST
 @on_clock_loop
-async def test_a_recognition_failure_ends_its_item_with_failed(jfk_audio: np.ndarray) -> None:
+async def test_a_recognition_failure_ends_the_session_and_its_item_with_failed(jfk_audio: np.ndarray) -> None:
     recognizer = TimedRecognizer()
     async with running_daemon(recognizer) as daemon, connect(realtime_url(daemon)) as ws:
         await manual_session(ws)
-        (session,) = daemon.ctx.sessions
-        recognizer.fail_on.add(session.info.id)
         await append(ws, pcm24(jfk_audio[: 3 * SR]))
         await ws.send(COMMIT)
-        first = await until(ws, FAILED)
-        recognizer.fail_on.clear()
+        first = await until(ws, COMPLETED)
+        (session,) = daemon.ctx.sessions
+        recognizer.fail_on.add(session.info.id)
         await append(ws, pcm24(jfk_audio[3 * SR : 6 * SR]))
         await ws.send(COMMIT)
-        second = await until(ws, COMPLETED)
-    committed = [m for m in first if m["type"] == COMMITTED]
-    failed = first[-1]
-    assert failed["item_id"] == committed[0]["item_id"] and failed["error"]["code"] == "recognition_failed"
-    assert not any(m["type"] == COMPLETED for m in first)
-    (transcript,) = check_items(second).values()
-    assert numbers(transcript), "the next turn is transcribed"
+        rest = await read_to_close(ws)
+    assert ws.close_code == 1011
+    (transcript,) = check_items(first).values()
+    assert numbers(transcript), "the turn before the failure was transcribed"
+    committed = [m for m in rest if m["type"] == COMMITTED]
+    errors = [m["error"] for m in rest if m["type"] == "error"]
+    failed = [m for m in rest if m["type"] == FAILED]
+    assert [(e["type"], e["code"]) for e in errors] == [("server_error", "internal_error")]
+    assert [m["item_id"] for m in failed] == [committed[0]["item_id"]]
+    assert failed[0]["error"]["code"] == "internal_error"
+    assert not any(m["type"] == COMPLETED for m in rest)
 
 
 # -- the real SDK, tiny.en, real speech ---------------------------------------------------------------

@@ -30,17 +30,19 @@ class Observer:
 class Harness:
     """A pump over a stream that is speech from the first sample on (or in ``spans``)."""
 
-    def __init__(self, spans: list[tuple[float, float]] | None = None) -> None:
+    def __init__(self, spans: list[tuple[float, float]] | None = None, fatal: bool = False) -> None:
         self.scheduler = ManualScheduler()
         self.events: list[Event] = []
         self.observer = Observer()
         self.finished = 0
+        self.failures: list[BaseException] = []
         self.pump = Pump(
             Streamer(vad=SpanVad(spans or [(0.0, 1e6)])),
             self.scheduler,
             self.events.extend,
             observer=self.observer,
             on_finished=self._on_finished,
+            on_failure=self.failures.append if fatal else None,
         )
 
     def _on_finished(self) -> None:
@@ -100,6 +102,45 @@ def test_a_failed_recognition_is_an_error_event_and_the_next_request_covers_its_
     assert not h.of_type(Partial)
     retry = h.scheduler.jobs[1].request
     assert retry.start == failed.start and retry.end >= failed.end
+
+
+def final_words(events: list[Event]) -> list[str]:
+    return [w.word for e in events if isinstance(e, Final) for w in e.words]
+
+
+def test_with_on_failure_a_failed_request_stops_recognition_and_the_flush_closes_from_what_was_heard() -> None:
+    h = Harness(fatal=True)
+    h.feed(2.0)
+    h.answer(0)
+    (partial,) = h.of_type(Partial)
+    heard = [w.word for w in partial.words]
+    assert heard
+    h.feed(2.0)
+    boom = RuntimeError("poisoned window")
+    h.answer(1, boom)
+    assert h.failures == [boom] and not h.of_type(Error), "the caller reports the failure"
+    h.feed(3.0)
+    assert len(h.scheduler.jobs) == 2, "nothing more is submitted"
+    h.pump.flush()
+    assert h.finished == 1 and h.pump.finished and len(h.scheduler.jobs) == 2
+    assert final_words(h.events) == heard, "the words heard before the failure are finals"
+    assert [e.endpoint for e in h.of_type(Final)][-1]
+
+
+def test_give_up_cancels_the_request_out_and_the_stream_finishes_without_the_scheduler() -> None:
+    h = Harness()
+    h.feed(2.0)
+    h.answer(0)
+    heard = [w.word for w in h.of_type(Partial)[0].words]
+    h.feed(2.0)
+    h.pump.flush()
+    out = h.scheduler.jobs[-1]
+    assert not h.pump.finished and h.pump.inflight is out.request
+    h.pump.give_up()  # a shutdown's deadline: the worker is too busy
+    assert out.cancelled and h.pump.finished and h.finished == 1
+    assert final_words(h.events) == heard
+    out.done(hear(out.request))  # a late answer is ignored
+    assert final_words(h.events) == heard
 
 
 def test_a_refused_submit_is_abandoned_and_retried_with_the_next_audio() -> None:

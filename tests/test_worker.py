@@ -166,24 +166,25 @@ def test_a_full_queue_refuses_with_scheduler_full() -> None:
     run(recognizer, main)
 
 
-def test_a_failing_batch_fails_its_own_requests_and_the_worker_keeps_serving() -> None:
+def test_a_failing_batch_is_retried_one_by_one_so_only_the_poisoned_request_fails() -> None:
     recognizer = TimedRecognizer(fail_on=["bad"])
 
     async def main() -> None:
-        worker = InferenceWorker(recognizer, max_batch=2)
+        worker = InferenceWorker(recognizer, max_batch=3)
         client = Client(worker)
         await busy(worker, recognizer, client)
-        for key in ["bad", "x", "y"]:
+        for key in ["x", "bad", "y", "w"]:
             client.submit(key)
         recognizer.release()
         assert isinstance(await client.outcome("bad"), RuntimeError)
-        assert isinstance(await client.outcome("x"), RuntimeError), "x shared the failing batch"
-        assert isinstance(await client.outcome("y"), Hypothesis), "the next batch is served"
+        assert isinstance(await client.outcome("x"), Hypothesis), "x shared the failing batch, and is served"
+        assert isinstance(await client.outcome("y"), Hypothesis)
+        assert isinstance(await client.outcome("w"), Hypothesis), "the next batch is served"
         client.submit("z")
         assert isinstance(await client.outcome("z"), Hypothesis)
         assert worker.stats.failures == 1
         await worker.stop()
-        assert recognizer.batches == [["busy"], ["bad", "x"], ["y"], ["z"]]
+        assert recognizer.batches == [["busy"], ["x", "bad", "y"], ["x"], ["bad"], ["y"], ["w"], ["z"]]
 
     run(recognizer, main)
 
@@ -206,6 +207,23 @@ def test_stop_drops_queued_requests_with_none_finishes_the_batch_and_joins() -> 
         assert recognizer.batches == [["busy"]], "dropped requests never run"
         with pytest.raises(SchedulerFull):
             client.submit("late")
+
+    run(recognizer, main)
+
+
+def test_stop_with_a_timeout_does_not_wait_for_the_batch_under_way() -> None:
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        thread = worker._thread
+        assert thread is not None
+        await worker.stop(within_s=0.0)  # returns although the recogniser holds the thread
+        assert thread.is_alive() and not client.outcomes["busy"].done()
+        recognizer.release()
+        await asyncio.to_thread(thread.join)
 
     run(recognizer, main)
 

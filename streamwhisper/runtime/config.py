@@ -45,7 +45,9 @@ class ServerConfig:
     max_step_s: float = 4.0
     # Send the browser captioning page at "/".
     web_page: bool = True
-    # Seconds a graceful shutdown waits for the last finals before closing anyway.
+    # A graceful shutdown (SIGTERM) ends within this many seconds, however busy the worker is:
+    # sessions wait for their last finals until shortly before it, then close each utterance
+    # from what was heard (runtime/shutdown.py).
     shutdown_timeout_s: float = 30.0
     # A connection must have sent its request line and headers within this many seconds (and an
     # idle keep-alive connection is closed after it): a client that sends nothing, or headers a
@@ -63,6 +65,10 @@ class ServerConfig:
     wyoming_port: int = 0
     wyoming_host: str = ""
     wyoming_zeroconf: bool = False
+    # HAProxy's agent check on this TCP port (on host): it answers the free share of
+    # max_sessions as a weight ("ready 75%"), or "drain" while shutting down. 0 = off, -1 = any
+    # free port.
+    agent_port: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -87,11 +93,15 @@ class ServerConfig:
             raise ConfigError("need 0 < server.degrade_lag_s < server.refuse_lag_s")
         if self.max_step_s < 1.0:
             raise ConfigError("server.max_step_s must be >= 1")
+        if self.shutdown_timeout_s <= 0:
+            raise ConfigError("server.shutdown_timeout_s must be > 0")
         if self.handshake_timeout_s <= 0:
             raise ConfigError("server.handshake_timeout_s must be > 0")
         if self.max_upload_bytes < 1024 or self.max_upload_s <= 0:
             raise ConfigError("server.max_upload_bytes must be >= 1024 and server.max_upload_s > 0")
         if not -1 <= self.wyoming_port <= 65535:
             raise ConfigError("server.wyoming_port must be in [-1, 65535] (0 = off, -1 = any free port)")
+        if not -1 <= self.agent_port <= 65535:
+            raise ConfigError("server.agent_port must be in [-1, 65535] (0 = off, -1 = any free port)")
         if self.max_uploads < 0:
             raise ConfigError("server.max_uploads must be >= 0 (0 turns uploads off)")

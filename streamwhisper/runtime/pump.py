@@ -7,13 +7,18 @@ scheduler on a clock of its own). So what the benchmark measures is the loop the
 
 The pump keeps at most one request of its stream at the scheduler. Whenever audio arrives, the
 stream is finalised or flushed, or a result comes back, it asks the Streamer for the request that
-is due and submits it. A result goes back to the Streamer (:meth:`Streamer.complete`); a failed,
+is due and submits it. A result goes back to the Streamer (:meth:`Streamer.complete`); a
 dropped or refused request is abandoned (its audio is covered by the next one, an endpoint
-request closes its utterance from what was heard before). A request that an endpoint made
-useless (its window ends before the speech the endpoint request will finalise) is withdrawn if
-its recognition has not begun, so the endpoint request need not wait for it. The pump itself has no clock and no
+request closes its utterance from what was heard before). A failed one is too, and is reported
+as an ``Error`` event, unless the pump was given ``on_failure``: then recognition stops there
+(:meth:`Pump.give_up`) and the caller ends the stream. A request that an endpoint made useless
+(its window ends before the speech the endpoint request will finalise) is withdrawn if its
+recognition has not begun, so the endpoint request need not wait for it. The pump itself has no clock and no
 event loop: the scheduler decides where and when a request runs and calls ``done`` with its
 outcome (on the event loop, for the worker).
+
+:meth:`Pump.give_up` ends a stream without the scheduler (a failed recognition, a shutdown
+deadline): once flushed, each utterance closes from the hypotheses already heard.
 
 A mark (:meth:`Pump.mark`) tells its caller when every utterance that had ended has been closed,
 so that a protocol with turns (a client's commit, a VAD endpoint) knows its turn's last final
@@ -84,6 +89,8 @@ class Pump:
         on_events: receives every event, in order, as it is produced.
         observer: told of each result and refusal before its events are handed on.
         on_finished: called once, when :attr:`finished` becomes true.
+        on_failure: when given, a failed request makes the pump give up (:meth:`give_up`) and
+            is passed here instead of becoming an ``Error`` event.
     """
 
     def __init__(
@@ -93,16 +100,20 @@ class Pump:
         on_events: Callable[[list[Event]], None],
         observer: PumpObserver | None = None,
         on_finished: Callable[[], None] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.streamer = streamer
         self._scheduler = scheduler
         self._on_events = on_events
         self._observer = observer
         self._on_finished = on_finished
+        self._on_failure = on_failure
         self._inflight: RecognitionRequest | None = None
         self._job: Job | None = None
         self._ticket = 0  # numbers submissions, so a late outcome of a dropped request is ignored
         self._closed = False
+        self._flushed = False
+        self._given_up = False  # no more requests: the stream ends from what was heard
         self._finalize_owed = False  # a finalize the streamer could not take yet
         self._marks: deque[tuple[int, Callable[[], None]]] = deque()  # (utterances to close, callback)
 
@@ -135,6 +146,7 @@ class Pump:
     def flush(self) -> None:
         """End of the stream: what was heard becomes finals as its requests come back."""
         self._finalize_owed = False
+        self._flushed = True
         self._emit(self.streamer.flush())
         self._advance()
 
@@ -144,6 +156,18 @@ class Pump:
         mark with nothing to wait for is called now. The caller bounds how many it makes."""
         self._marks.append((self.streamer.utterances[0] + self._finalize_owed, then))
         self._call_marks()
+
+    def give_up(self) -> None:
+        """Submit nothing more; the request at the scheduler is cancelled and abandoned. From the
+        flush on, every utterance closes at once from the hypotheses already heard (their words
+        not yet final become finals), so the stream finishes without the scheduler."""
+        self._given_up = True
+        if self._job is not None:
+            self._job.cancel()
+        if self._inflight is not None:
+            self._inflight = self._job = None
+            self._emit(self.streamer.abandon())
+        self._advance()
 
     def close(self) -> None:
         """Stop driving: the request at the scheduler is cancelled and nothing more submitted."""
@@ -161,6 +185,8 @@ class Pump:
                 self._inflight = self._job = None
                 self._emit(self.streamer.abandon())
         while not self._closed and self._inflight is None:
+            if self._given_up and not self._flushed:
+                return  # the flush ends the stream
             request = self.streamer.pending_request()
             self._retry_finalize()  # an endpoint request begins the utterance queued behind it
             if request is None:
@@ -168,6 +194,11 @@ class Pump:
                     on_finished, self._on_finished = self._on_finished, None
                     on_finished()
                 return
+            if self._given_up:  # flushed: only endpoint requests are due, each closes its utterance
+                self._emit(self.streamer.abandon())
+                if not request.endpoint:
+                    return
+                continue
             self._ticket += 1
             self._inflight = request
             try:
@@ -188,6 +219,11 @@ class Pump:
             self._observer.result(request, outcome)
         if isinstance(outcome, Hypothesis):
             self._emit(self.streamer.complete(outcome))
+        elif outcome is not None and self._on_failure is not None:
+            self._emit(self.streamer.abandon())
+            self.give_up()
+            self._on_failure(outcome)
+            return
         else:
             if outcome is not None:
                 failure = f"recognition failed: {type(outcome).__name__}"

@@ -9,10 +9,12 @@ OpenAI Realtime transcription), OpenAI-compatible REST (``/v1/audio/transcriptio
 the browser captioning page at ``/``. Sessions that break the protocol, exceed a limit or are
 refused get an ``error`` message and a close code; the server keeps serving everyone else.
 With ``wyoming_port``, the Wyoming protocol (Home Assistant's speech-to-text) has its own TCP
-port (:mod:`.wyoming_server`); each of its requests is a session like the others.
+port (:mod:`.wyoming_server`); each of its requests is a session like the others. With
+``agent_port``, HAProxy's agent check reads the free capacity there (:mod:`.agent_check`).
 
 Shutdown (SIGINT/SIGTERM, or :meth:`Daemon.shutdown`): stop accepting connections, turn every
-session's pending audio into finals, send them and ``closed``, close with 1001, stop the worker.
+session's pending audio into finals, send them and ``closed``, close with 1001, stop the worker;
+all within ``shutdown_timeout_s`` however busy the worker is (:mod:`.shutdown` has the phases).
 
 A native session whose connection is lost is kept for ``resume_grace_s`` (:mod:`.resume`); a
 connection to ``/v1/stream?resume=<token>&last_seq=<n>`` takes it over.
@@ -37,6 +39,7 @@ from streamwhisper.model.recognizer import Recognizer
 from streamwhisper.streaming.config import StreamingConfig
 
 from . import deepgram_prerecorded, wire, wyoming_zeroconf
+from .agent_check import AgentCheck, agent_reply
 from .config import ServerConfig
 from .connection import Connection
 from .deepgram_prerecorded import DeepgramPrerecorded
@@ -47,6 +50,7 @@ from .metrics import Metrics
 from .offline import ModelInfo
 from .openai_rest import OpenAIRest
 from .session import ServerContext, Session
+from .shutdown import Shutdown
 from .uploads import UploadGate
 from .worker import InferenceWorker
 from .wyoming_server import WyomingServer
@@ -111,7 +115,8 @@ class Daemon:
             on_batch=self.metrics.observe_batch,
             clock=clock,
         )
-        self.ctx = ServerContext(server, streaming, worker, self.metrics, model_name, asyncio.Event(), clock=clock)
+        shutdown = Shutdown(server.shutdown_timeout_s, clock)
+        self.ctx = ServerContext(server, streaming, worker, self.metrics, model_name, shutdown, clock=clock)
         # path -> a factory of per-session dialects (compatible protocols keep per-session state)
         self._dialects: dict[str, Callable[[], Dialect]] = {
             native.STREAM_PATH: native.NativeDialect,
@@ -131,6 +136,7 @@ class Daemon:
             self._wyoming = WyomingServer(
                 server, model_name, languages, self.metrics, self.ctx.shutdown, self.capacity_refusal, self.run_session
             )
+        self._agent = AgentCheck(server.host, server.agent_port, self._agent_reply) if server.agent_port else None
         self._zeroconf: Any = None
         self._started = False
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -154,9 +160,17 @@ class Daemon:
         """The Wyoming port, or None when it is off."""
         return self._wyoming.port if self._wyoming is not None else None
 
+    @property
+    def agent_port(self) -> int | None:
+        """The HAProxy agent-check port, or None when it is off."""
+        return self._agent.port if self._agent is not None else None
+
     async def start(self) -> None:
         self.ctx.worker.start()
         await self._front.start()
+        if self._agent is not None:
+            await self._agent.start()
+            logger.info("HAProxy agent check on tcp://%s:%d", self.server.host, self._agent.port)
         if self._wyoming is not None:
             await self._wyoming.start()
             host = self.server.wyoming_host or self.server.host
@@ -188,19 +202,24 @@ class Daemon:
             await self._closed.wait()
             return
         logger.info("shutting down: finalising %d session(s)", len(self.ctx.sessions))
-        self.ctx.shutdown.set()
+        shutdown = self.ctx.shutdown
+        shutdown.begin()
         self._front.stop_accepting()  # sessions and uploads end themselves
         wyoming = self._wyoming.tasks if self._wyoming is not None else set()
         if self._wyoming is not None:
             self._wyoming.stop_accepting()
         if self._handlers or wyoming:
-            await asyncio.wait(self._handlers | wyoming, timeout=self.server.shutdown_timeout_s + 5)
+            _, late = await asyncio.wait(self._handlers | wyoming, timeout=shutdown.left(shutdown.finish_s / 2))
+            for task in late:  # past the deadline (a close handshake the client never answers)
+                task.cancel()
         if self._zeroconf is not None:
             await wyoming_zeroconf.withdraw(self._zeroconf)
         if self._wyoming is not None:
             await self._wyoming.close()
         await self._front.close()
-        await self.ctx.worker.stop()
+        if self._agent is not None:  # it said "drain" until now
+            await self._agent.close()
+        await self.ctx.worker.stop(within_s=shutdown.left())
         self._closed.set()
 
     # -- routing -----------------------------------------------------------------------------------
@@ -245,6 +264,9 @@ class Daemon:
             body, kind = self._web[path]
             return text_response(200, body, kind)
         return text_response(404, "not found\n")
+
+    def _agent_reply(self) -> str:
+        return agent_reply(self._readiness()["free"], self.server.max_sessions, self.ctx.shutdown.is_set())
 
     def _readiness(self) -> dict[str, Any]:
         cfg = self.server

@@ -32,6 +32,7 @@ from .metrics import Metrics
 from .outbox import Outbox
 from .resume import ReplayBuffer, ResumableDialect, Resumes
 from .session_stream import SessionStream
+from .shutdown import Shutdown
 from .worker import InferenceWorker
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class ServerContext:
     worker: InferenceWorker
     metrics: Metrics
     model_name: str
-    shutdown: asyncio.Event
+    shutdown: Shutdown
     sessions: set[Session] = dataclasses.field(default_factory=set)
     resumes: Resumes = dataclasses.field(default_factory=Resumes)  # sessions a client may resume
     # seconds for lags and latencies: the event loop's clock, which the limits' timers run on
@@ -133,7 +134,8 @@ class Session:
             self.info.resume_token = self.ctx.resumes.add(self)
             self.info.resume_grace_s = self.ctx.server.resume_grace_s
         self._send(self.dialect.ready(self.info))
-        ends: set[asyncio.Task[Any]] = {asyncio.create_task(self.ctx.shutdown.wait())}
+        # a shutdown, or recognition failing on this session's audio (the pump gave up)
+        ends: set[asyncio.Future[Any]] = {asyncio.create_task(self.ctx.shutdown.wait()), self.stream.failure}
         limit = self.ctx.server.max_session_s
         if limit:
             ends.add(asyncio.create_task(asyncio.sleep(limit)))
@@ -161,7 +163,7 @@ class Session:
             self._release(wire.CLOSE_GOING_AWAY, "ended")
             await asyncio.gather(*self._closing)  # the original connection's handler returns after its close
 
-    async def _serve(self, ends: set[asyncio.Task[Any]]) -> _Outcome | None:
+    async def _serve(self, ends: set[asyncio.Future[Any]]) -> _Outcome | None:
         """Serve the current connection until it ends: how it ended, or None when a resume
         takes the session over."""
         self._writer = asyncio.create_task(self._write_loop(), name=f"{self.info.id}-writer")
@@ -184,14 +186,15 @@ class Session:
         return outcome
 
     def _outcome(self, reader: asyncio.Task[None], overflow: asyncio.Task[Any]) -> _Outcome:
+        if self.stream.failure.done():
+            return (*_internal_error(self.stream.failure.result()), False)
         if reader.done() and not reader.cancelled():
             exc = reader.exception()
             if isinstance(exc, _Ended):
                 return exc.reason, exc.code, exc.error, exc.lost
             if exc is not None:
                 logger.error("session %s failed", self.info.id, exc_info=exc)
-                error = ProtocolError(f"internal error: {type(exc).__name__}", wire.CLOSE_INTERNAL, "internal_error")
-                return "internal_error", wire.CLOSE_INTERNAL, error, False
+                return (*_internal_error(exc), False)
             return "eof", wire.CLOSE_NORMAL, None, False
         if overflow.done():
             self.ctx.metrics.errors.labels("client_not_reading").inc()
@@ -233,7 +236,7 @@ class Session:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    async def _wait_for_resume(self, ends: set[asyncio.Task[Any]]) -> bool:
+    async def _wait_for_resume(self, ends: set[asyncio.Future[Any]]) -> bool:
         """Wait for the client to resume, at most ``resume_grace_s``; False when the session is
         to end instead (grace period over, shutdown, duration limit)."""
         grace = asyncio.create_task(asyncio.sleep(self.ctx.server.resume_grace_s))
@@ -365,4 +368,9 @@ class Session:
         """Let the writer send what is queued (the last message is ``closed``), then stop it."""
         self.outbox.close()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(writer), self.ctx.server.shutdown_timeout_s)
+            await asyncio.wait_for(asyncio.shield(writer), self.ctx.shutdown.sending_left())
+
+
+def _internal_error(exc: BaseException) -> tuple[str, int, ProtocolError]:
+    error = ProtocolError(f"internal error: {type(exc).__name__}", wire.CLOSE_INTERNAL, "internal_error")
+    return "internal_error", wire.CLOSE_INTERNAL, error

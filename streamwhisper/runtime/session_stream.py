@@ -30,6 +30,7 @@ from .dialects import Dialect, SessionInfo, Texts
 from .metrics import Metrics
 from .pacing import Pacing
 from .pump import Outcome, Pump
+from .shutdown import Shutdown
 from .worker import InferenceWorker
 
 
@@ -41,7 +42,7 @@ class StreamContext(Protocol):
     worker: InferenceWorker
     metrics: Metrics
     model_name: str
-    shutdown: asyncio.Event
+    shutdown: Shutdown
 
     @property
     def clock(self) -> Callable[[], float]: ...
@@ -74,6 +75,8 @@ class SessionStream:
         self.pump: Pump | None = None
         self._resampler: StreamResampler | None = None
         self._finished = asyncio.Event()
+        # set when recognition fails on this stream's audio: the pump gave up, the session ends
+        self.failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
         self.audio_started = False
         self.frames = 0  # sample frames of the client's audio received
         self._received = 0.0  # seconds of 16 kHz audio fed to the streamer
@@ -95,7 +98,7 @@ class SessionStream:
         if self.pump is not None:
             self.pump.close()
         streamer = Streamer(self._streaming_config(settings), key=self.info.id)
-        self.pump = Pump(streamer, self.ctx.worker, self._emit, observer=self, on_finished=self._finished.set)
+        self.pump = Pump(streamer, self.ctx.worker, self._emit, self, self._finished.set, self._failed)
         self._resampler = StreamResampler(settings.sample_rate)
 
     def _streaming_config(self, settings: wire.SessionSettings) -> StreamingConfig:
@@ -168,6 +171,10 @@ class SessionStream:
     def refused(self, request: RecognitionRequest) -> None:
         self.ctx.metrics.errors.labels("worker_overloaded").inc()
 
+    def _failed(self, exc: BaseException) -> None:
+        if not self.failure.done():
+            self.failure.set_result(exc)
+
     def _status(self, lag: float, step: float) -> None:
         self._send(self.dialect.status(lag, step), False)
 
@@ -191,8 +198,9 @@ class SessionStream:
                 task.cancel()
         if not pump.finished:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.ctx.server.shutdown_timeout_s):
+                async with asyncio.timeout(self.ctx.shutdown.recognition_left()):
                     await self._finished.wait()
+            pump.give_up()  # past the deadline: what was heard becomes the last finals
 
     def _emit(self, events: list[Event]) -> None:
         for event in events:

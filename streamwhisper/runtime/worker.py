@@ -9,6 +9,9 @@ across the requests) and calls each ``done`` on the submitting loop with ``call_
 at most one request outstanding, so no stream waits for more than one batch ahead of it and the
 queue never holds more than one request per stream (``max_pending`` bounds it anyway).
 
+A batch that raises is run again one request at a time, so that a request the recogniser cannot
+take (a poisoned window) fails alone: every other request of its batch gets its hypothesis.
+
 Bulk requests (the windows of uploaded files, ``RecognitionRequest.bulk``) come after every live
 request and run alone, one per batch: a live request waits at most for the one bulk window under
 way, and a burst of uploads cannot push live streams back in the queue.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -26,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streamwhisper.model.memory import release_free_memory
-from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest, Recognizer
+from streamwhisper.model.recognizer import RecognitionRequest, Recognizer
 
 from .pump import Done, Outcome, SchedulerFull
 
@@ -99,6 +103,7 @@ class InferenceWorker:
         self._counter = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._on_end: Callable[[], object] = lambda: None  # called by the thread as it ends
         self._clock = clock
         self.stats = WorkerStats(clock=clock)
 
@@ -135,17 +140,25 @@ class InferenceWorker:
             job.cancelled = True
             return True
 
-    async def stop(self) -> None:
-        """Finish the batch under way, drop what is still queued (``done(None)``), join the thread."""
+    async def stop(self, within_s: float | None = None) -> None:
+        """Drop what is still queued (``done(None)``) and wait for the batch under way to end (at
+        most ``within_s`` seconds: the thread is a daemon thread, it does not keep the process)."""
+        ended = asyncio.Event()
+        loop = asyncio.get_running_loop()
         with self._cond:
             self._stopping = True
+            self._on_end = functools.partial(loop.call_soon_threadsafe, ended.set)
             left, self._queue = self._queue, []
             self._cond.notify()
         for job in left:
             if not job.cancelled:
                 job.done(None)
         if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within_s):  # on the loop's clock
+                    await ended.wait()
+            if not ended.is_set():
+                logger.warning("stopped without waiting for the batch under way")
             self._thread = None
 
     def _take(self) -> list[_Job] | None:
@@ -163,6 +176,13 @@ class InferenceWorker:
             return batch
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            with self._cond, contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed
+                self._on_end()
+
+    def _serve(self) -> None:
         trimmed = self._clock()
         while (batch := self._take()) is not None:
             if self._clock() - trimmed > TRIM_EVERY_S:  # windows of many sizes come and go:
@@ -172,12 +192,7 @@ class InferenceWorker:
             if not live:
                 continue
             began = self._clock()
-            try:
-                results: list[Hypothesis] | BaseException = self._recognizer.recognize([j.request for j in live])
-            except Exception as exc:  # a failed batch fails its requests, never the worker
-                logger.exception("recognition failed for a batch of %d", len(live))
-                results = exc
-                self.stats.failures += 1
+            results = self._recognize([j.request for j in live])
             took = self._clock() - began
             self.stats.requests += len(live)
             self.stats.batches += 1
@@ -186,10 +201,22 @@ class InferenceWorker:
             self.stats.recent.append((began, began + took))
             if self._on_batch is not None:
                 self._on_batch(len(live), took, [began - j.submitted for j in live])
-            for i, job in enumerate(live):
-                outcome: Outcome = results if isinstance(results, BaseException) else results[i]
+            for job, outcome in zip(live, results, strict=True):
                 with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                     job.loop.call_soon_threadsafe(_deliver, job, outcome)
+
+    def _recognize(self, requests: list[RecognitionRequest]) -> list[Outcome]:
+        """The batch's outcomes; a failed batch of several is retried request by request, so
+        that only the request that fails alone fails (never the worker)."""
+        try:
+            return list(self._recognizer.recognize(requests))
+        except Exception as exc:
+            if len(requests) > 1:
+                logger.warning("a batch of %d failed (%r): running its requests one by one", len(requests), exc)
+                return [outcome for request in requests for outcome in self._recognize([request])]
+            logger.exception("recognition failed for the request of %s", requests[0].key)
+            self.stats.failures += 1
+            return [exc]
 
 
 def _deliver(job: _Job, outcome: Outcome) -> None:

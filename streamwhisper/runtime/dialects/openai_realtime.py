@@ -22,7 +22,8 @@ Mapping onto the native event stream (``streamwhisper.events``):
   server VAD, as soon as ``speech_started`` named it.
 - ``completed`` follows the last final of the item: the session's mark (``SessionInfo.marks``)
   says when every utterance that had ended by the commit is closed, text or none.
-- A recognition failure during an item makes it end with ``failed`` instead of ``completed``.
+- A recognition failure ends the session (``internal_error``, 1011): the item under way ends
+  with ``failed`` instead of ``completed``.
 - ``clear`` discards the uncommitted audio: its finals are dropped (the recogniser still heard
   it, and its words condition the next turn's decoding as any earlier words do).
 
@@ -56,7 +57,7 @@ PATH = "/v1/realtime"
 MIN_COMMIT_MS = 100
 MAX_PENDING_ITEMS = 32  # committed or cleared items still waiting for their transcripts
 MAX_ITEM_CHARS = 100_000  # an open item with more text (over an hour of speech) is committed
-SERVER_ERRORS = frozenset({"internal_error", "shutting_down", "over_capacity", "overloaded", "recognition_failed"})
+SERVER_ERRORS = frozenset({"internal_error", "shutting_down", "over_capacity", "overloaded"})
 
 
 @dataclass(eq=False)
@@ -264,9 +265,8 @@ class RealtimeDialect:
         return None
 
     def error(self, code: str, message: str) -> str | None:
-        if code == "recognition_failed":  # the item ends with "failed" instead of "completed"
+        if code == "internal_error":  # the session fails: its item ends with "failed", not "completed"
             self._target().failure = message
-            return None
         return self._error(code, message, None, None)
 
     def status(self, lag_s: float, step_s: float) -> None:
@@ -319,7 +319,7 @@ class RealtimeDialect:
         if item.discard:
             return None
         if item.failure is not None:
-            return self._failed(item, "recognition_failed", item.failure)
+            return self._failed(item, "internal_error", item.failure)
         usage = {"type": "duration", "seconds": round(max(item.end - item.start, 0.0), 3)}
         transcript = "".join(item.pieces)
         return self._event(

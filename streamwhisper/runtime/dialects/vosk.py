@@ -44,7 +44,7 @@ QUERY_SETTINGS = ("sample_rate", "language")
 MAX_ALTERNATIVES = 100
 # Error kinds after which the session goes on: no message then (it would break the one
 # answer per audio frame that clients count on).
-_NOT_FATAL = frozenset({"recognition_failed", "unknown_message"})
+_NOT_FATAL = frozenset({"unknown_message"})
 
 
 def _t(seconds: float) -> float:
