@@ -167,9 +167,8 @@ async def stream_moving(
     url: str, audio: np.ndarray, progress: asyncio.Event | None = None, at_s: float = 0.0, chunk_s: float = 0.1
 ) -> list[Leg]:
     """Stream ``audio`` at real time through ``url`` until ``eof`` is answered; a session closed
-    by a shutdown (1001) is followed by a new one from its ``closed.audio_seconds``. ``progress``
-    is set once ``at_s`` seconds were sent."""
-    from websockets.asyncio.client import connect
+    by a shutdown (1001) is followed by a new one from its ``closed.audio_seconds`` (a 503 while
+    every node is full is retried). ``progress`` is set once ``at_s`` seconds were sent."""
     from websockets.exceptions import ConnectionClosed
 
     from streamwhisper.audio.convert import float32_to_pcm_s16le
@@ -178,7 +177,7 @@ async def stream_moving(
     offset = 0.0
     step = int(chunk_s * SR)
     while True:
-        async with connect(f"{url}/v1/stream", max_size=None) as ws:
+        async with await _connect(f"{url}/v1/stream") as ws:
             node = ws.response.headers.get("X-Streamwhisper-Node", "?") if ws.response else "?"
             leg = Leg(node, offset)
             legs.append(leg)
@@ -207,6 +206,23 @@ async def stream_moving(
         if leg.closed.get("reason") != "shutdown":
             return legs
         offset += leg.closed["audio_seconds"]
+
+
+async def _connect(url: str, within_s: float = 60.0) -> Any:
+    """Open a WebSocket as a client should: a 503 (every node full or lagging, HAProxy's answer)
+    is retried with backoff, for at most ``within_s`` seconds."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    deadline, delay = time.monotonic() + within_s, 0.2
+    while True:
+        try:
+            return await connect(url, max_size=None)
+        except InvalidStatus as exc:
+            if exc.response.status_code != 503 or time.monotonic() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
 
 
 def transcript(legs: list[Leg]) -> str:

@@ -87,6 +87,23 @@ async def test_a_poisoned_window_fails_its_session_with_1011_and_the_others_are_
 
 
 @on_clock_loop
+async def test_a_window_that_fails_after_the_eof_still_fails_the_session_with_1011(jfk_audio: np.ndarray) -> None:
+    recognizer = TimedRecognizer()
+    async with running_daemon(recognizer) as daemon:
+        ws = await connect(stream_url(daemon))
+        session_id = (await recv_json(ws))["session_id"]
+        await send_audio(ws, jfk_audio[: 3 * SR])
+        await ws.send(PING)
+        heard = await read_until(ws, lambda m: m["type"] == "error")  # its audio was fed
+        recognizer.fail_on.add(session_id)  # from its last requests on, while it drains
+        await ws.send(EOF)
+        messages = heard + await read_to_close(ws)
+    assert ws.close_code == 1011
+    errors = [m["code"] for m in messages if m["type"] == "error" and m["code"] != "unknown_message"]
+    assert errors == ["internal_error"] and messages[-1]["reason"] == "internal_error"
+
+
+@on_clock_loop
 async def test_shutdown_with_the_worker_stuck_ends_at_its_deadline_with_finals_and_1001(
     jfk_audio: np.ndarray,
 ) -> None:
@@ -193,7 +210,7 @@ def test_a_poisoned_window_with_the_real_model(serving_model, clips) -> None:  #
         assert server.inspect(lambda d: len(d.ctx.sessions)) == 0
     assert wrapped[0].failed >= 1
     messages, code = results[victim]
-    assert code == 1011
+    assert code == 1011, messages
     assert [m.code for m in messages if isinstance(m, Error)] == ["internal_error"]
     assert isinstance(messages[-1], Closed) and messages[-1].reason == "internal_error"
     for name in names:

@@ -214,6 +214,10 @@ class Session:
             self._send(self.dialect.error(error.kind, str(error)))
         if not self._gone:
             await self.stream.drain()
+            if error is None and self.stream.failure.done():  # recognition failed on its last requests
+                reason, code, error = _internal_error(self.stream.failure.result())
+                self.ctx.metrics.errors.labels(error.kind).inc()
+                self._send(self.dialect.error(error.kind, str(error)))
             self._send(self.dialect.closed(self.info, reason))
             await self._flush_outbox(self._writer)
         self._writer.cancel()
