@@ -176,7 +176,9 @@ function onMessage(ws, event) {
       }
       break;
     case "status":
-      if (message.lag > 1) setStatus(`listening (captions ${message.lag.toFixed(1)} s behind)`, "live");
+      if (message.lag > 1 && state.running) {
+        setStatus(`listening (captions ${message.lag.toFixed(1)} s behind)`, "live");
+      }
       break;
     default: // speech_started, speech_ended: nothing to show
       break;
