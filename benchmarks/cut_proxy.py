@@ -17,7 +17,7 @@ import struct
 
 class CutProxy:
     def __init__(self, target_port: int) -> None:
-        self._target = target_port
+        self.target_port = target_port  # where new connections go
         self._server: asyncio.Server | None = None
         self._pairs: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter, list[asyncio.Task[None]]]] = []
         self.connections = 0  # connections accepted so far
@@ -35,7 +35,7 @@ class CutProxy:
     async def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            server_r, server_w = await asyncio.open_connection("127.0.0.1", self._target)
+            server_r, server_w = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:
             client_w.close()
             return

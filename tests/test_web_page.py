@@ -136,19 +136,23 @@ def wait_until(condition, timeout: float, what: str):
 def test_the_page_resumes_a_cut_connection_and_loses_no_word(
     browser_binary, serving_model, jfk, jfk_audio, tmp_path
 ) -> None:
-    """jfk twice into the microphone; the page connects through a CutProxy. Mid-utterance in the
-    first jfk, the server's messages stop reaching the page (the page's audio still reaches the
-    server), until the server has sent a final the page did not get; then the connection is reset:
-    the page resumes, and that final is replayed. Mid-utterance in the second jfk, the daemon
-    forgets the session (as a restarted one would) and the connection is reset again: the resume
-    is refused and a new session gets the audio after the last final, its times moved on."""
+    """jfk three times into the microphone; the page connects through a CutProxy. Mid-utterance in
+    the first jfk, the server's messages stop reaching the page (the page's audio still reaches
+    the server), until the server has sent a final the page did not get; then the connection is
+    reset: the page resumes, and that final is replayed. Mid-utterance in the second jfk, the
+    daemon forgets the session (as a restarted one would) and the connection is reset again: the
+    resume is refused and a new session gets the audio after the last final, its times moved on.
+    Mid-utterance in the third, the daemon shuts down (finals, ``closed`` with ``shutdown``, 1001)
+    and the proxy sends new connections to a second daemon: a new session there gets the audio
+    after what the first one received."""
     gap = np.zeros(16000, dtype=np.float32)
-    wav = fake_microphone_wav(tmp_path / "jfk-twice.wav", np.concatenate([jfk_audio, gap, jfk_audio]), silence_s=30)
-    reference = f"{jfk.reference} {jfk.reference}"
+    speech = np.concatenate([jfk_audio, gap, jfk_audio, gap, jfk_audio])
+    wav = fake_microphone_wav(tmp_path / "jfk-thrice.wav", speech, silence_s=30)
+    reference = " ".join([jfk.reference] * 3)
     ending = json.dumps(" ".join(normalize(jfk.reference).split()[-3:]))  # "for your country"
     shown = f"({FINALS}).toLowerCase().replace(/[^a-z ]/g, '')"
     partial = "document.getElementById('partial').textContent"
-    with LiveServer(serving_model) as server:
+    with LiveServer(serving_model) as server, LiveServer(serving_model) as standby:
         proxy = CutProxy(server.port)
         port = server.call(proxy.start())
         resumes = server.daemon.metrics.resumes
@@ -184,9 +188,15 @@ def test_the_page_resumes_a_cut_connection_and_loses_no_word(
 
                 server.inspect(forget_and_cut)
                 browser.wait_for("document.body.dataset.sessions === '2'", timeout=30)
+
+                # 3. in the third jfk, the daemon shuts down; new connections go to the standby
+                browser.wait_for(f"{shown}.split({ending}).length === 3 && {partial}", timeout=90)
+                proxy.target_port = standby.port
+                server.shutdown()
+                browser.wait_for("document.body.dataset.sessions === '3'", timeout=30)
                 finals = browser.wait_for(
-                    f"{shown}.split({ending}).length === 3 && {FINALS}", timeout=90
-                )  # both endings shown
+                    f"{shown}.split({ending}).length === 4 && {FINALS}", timeout=90
+                )  # every ending shown
                 starts = browser.evaluate(
                     "Array.from(document.querySelectorAll('#finals .final')).map(s => Number(s.dataset.start))"
                 )
@@ -195,7 +205,10 @@ def test_the_page_resumes_a_cut_connection_and_loses_no_word(
         finally:
             server.call(proxy.close())
         outcomes = {outcome: resumes.labels(outcome)._value.get() for outcome in ("resumed", "refused")}
+        standby_sessions = standby.daemon.metrics.sessions_total._value.get()
+        standby_refused = standby.daemon.metrics.resumes.labels("refused")._value.get()
     assert outcomes == {"resumed": 1, "refused": 1}, outcomes
+    assert (standby_sessions, standby_refused) == (1, 0)  # a new session, no resume of the closed one
     assert status.startswith("listening"), status
     # the words (tiny.en may hear a word or two otherwise at a session's start), none twice: audio
     # recognised twice or a final shown twice repeats a run of words where it happened (the
@@ -203,4 +216,4 @@ def test_the_page_resumes_a_cut_connection_and_loses_no_word(
     assert word_error_rate([reference], [finals]) <= 0.15, finals
     assert repeated_runs(normalize(reference).split(), 8) == []
     assert repeated_runs(normalize(finals).split(), 8) == [], finals
-    assert starts == sorted(starts) and starts[-1] > len(jfk_audio) / 16000, starts  # times go on
+    assert starts == sorted(starts) and starts[-1] > 2 * len(jfk_audio) / 16000, starts  # times go on

@@ -16,7 +16,7 @@
 const SAMPLE_RATE = 16000;
 const MAX_BUFFER_S = 120; // audio held to send again; past it the oldest goes (and the page says so)
 const RECONNECT_S = 60; // how long a lost connection is retried before the page gives up
-const MAX_IN_FLIGHT_BYTES = 10 * SAMPLE_RATE * 2; // unsent on the socket: past it, the network is stalled
+const STALL_MS = 10000; // the socket sent nothing for this long while data waited: the network is stalled
 const MAX_PARAGRAPHS = 500; // the transcript shown is bounded too
 const BACKOFF_MIN_MS = 250;
 const BACKOFF_MAX_MS = 5000;
@@ -60,6 +60,8 @@ const state = {
   lastError: null, // the last error code of the current connection
   lastClose: null, // how the lost connection ended, while repairing it
   droppedShown: 0, // the seconds of dropped audio the page told the user of
+  buffered: 0, // the socket's bufferedAmount after the last send
+  movedAt: 0, // when the socket was last seen sending (performance.now())
   sessions: 0, // sessions that became ready
   resumes: 0, // sessions resumed
   paragraph: null, // the <p> the next final goes into
@@ -198,6 +200,8 @@ function goLive(from, text) {
   showError("");
   for (const chunk of state.backlog.since(from)) state.ws.send(chunk);
   if (state.finishing) state.ws.send(JSON.stringify({ type: "eof" }));
+  state.buffered = state.ws.bufferedAmount;
+  state.movedAt = performance.now();
   setStatus(state.finishing ? "finishing…" : text + after, state.finishing ? "busy" : "live");
   const dropped = state.backlog.droppedS;
   if (dropped > state.droppedShown) {
@@ -257,13 +261,16 @@ function capture(pcm) {
   state.backlog.append(pcm);
   const ws = state.ws;
   if (!state.live || ws.readyState !== WebSocket.OPEN) return; // sent from the backlog once (re)connected
-  if (ws.bufferedAmount > MAX_IN_FLIGHT_BYTES) {
+  const now = performance.now();
+  if (ws.bufferedAmount === 0 || ws.bufferedAmount < state.buffered) state.movedAt = now;
+  if (now - state.movedAt > STALL_MS) {
     // nothing leaves: give the connection up (the session is resumed, or a new one gets the audio)
     state.live = false;
     ws.close(4000, "stalled");
     return;
   }
   ws.send(pcm);
+  state.buffered = ws.bufferedAmount;
 }
 
 // -- microphone ---------------------------------------------------------------------------------
