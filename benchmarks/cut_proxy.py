@@ -3,7 +3,8 @@
 ``cut()`` resets every connection through it, on both sides (a dropped network, as each end sees
 it). ``stall()`` stops forwarding and reading in both directions, leaving the sockets open (a
 network that went silent: neither end hears of it until a keepalive or a full buffer tells it);
-a ``cut()`` afterwards tells the ends at last. New connections are forwarded as usual.
+``stall(downstream_only=True)`` stops only what the server sends (the client's messages still
+reach it); a ``cut()`` afterwards tells the ends at last. New connections are forwarded as usual.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import struct
 
 class CutProxy:
     def __init__(self, target_port: int) -> None:
-        self._target = target_port
+        self.target_port = target_port  # where new connections go
         self._server: asyncio.Server | None = None
         self._pairs: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter, list[asyncio.Task[None]]]] = []
         self.connections = 0  # connections accepted so far
@@ -34,7 +35,7 @@ class CutProxy:
     async def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            server_r, server_w = await asyncio.open_connection("127.0.0.1", self._target)
+            server_r, server_w = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:
             client_w.close()
             return
@@ -50,12 +51,14 @@ class CutProxy:
             for writer in (client_w, server_w):
                 _reset(writer)
 
-    def stall(self) -> None:
-        """Stop forwarding and reading on every connection, keeping the sockets open."""
-        for client_w, server_w, tasks in self._pairs:
-            for task in tasks:
-                task.cancel()
-            for writer in (client_w, server_w):
+    def stall(self, downstream_only: bool = False) -> None:
+        """Stop forwarding and reading on every connection, keeping the sockets open (with
+        ``downstream_only``, only from the server to the client)."""
+        for client_w, server_w, (upstream, downstream) in self._pairs:
+            downstream.cancel()
+            if not downstream_only:
+                upstream.cancel()
+            for writer in (server_w,) if downstream_only else (client_w, server_w):
                 with contextlib.suppress(Exception):
                     writer.transport.pause_reading()
 

@@ -93,7 +93,7 @@ def daemon(installed: Path, env: dict[str, str], tmp_path: Path) -> Iterator[str
 
 
 def test_the_wheel_serves_the_browser_page(daemon: str) -> None:
-    for path in ("/", "/app.js", "/pcm-worklet.js"):
+    for path in ("/", "/app.js", "/audio-backlog.js", "/pcm-worklet.js"):
         with urllib.request.urlopen(daemon + path, timeout=30) as response:
             assert response.status == 200, path
             body = response.read().decode()
