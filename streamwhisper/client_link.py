@@ -64,25 +64,5 @@ def refusal(first: ServerMessage | Unknown | None) -> str:
     return "connection closed" if first is None else f"{type(first).__name__} before ready"
 
 
-class _Link:
-    """How to open a connection: the URL, the session's settings (query) and headers."""
-
-    def __init__(self, base: str, query: dict[str, str], headers: dict[str, str] | None, encoding: str) -> None:
-        self.base, self.query, self.headers, self.encoding = base, query, headers, encoding
-
-    async def open(
-        self, query: dict[str, str] | None = None
-    ) -> tuple[ClientConnection, ServerMessage | Unknown | None]:
-        """A new connection (with the settings, or with ``query`` instead) and its first message."""
-        params = self.query if query is None else query
-        url = self.base + (f"?{urlencode(params)}" if params else "")
-        ws = await connect(url, additional_headers=self.headers, max_size=None)
-        try:
-            frame = await ws.recv()
-        except ConnectionClosed:
-            return ws, None
-        return ws, decode_server_message(frame) if isinstance(frame, str) else None
-
-
 def query_value(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
