@@ -10,7 +10,14 @@ How a run is compared: the normalised words of its finals are aligned with those
 uninterrupted run of the same clip (difflib). A cut lands at word ``k`` of the uninterrupted run
 (the words that ended before the cut); every difference must lie within ``WINDOW`` words of ``k``
 (the "word window" of the cut). Words the run has more of than the uninterrupted run, inside or
-outside the window, are counted as duplicated; words it has fewer of, as lost.
+outside the window, are counted as duplicated; words it has fewer of, as lost. Uninterrupted runs
+of the same clip differ among themselves (the requests' timing differs from run to run, and the
+streaming core's result with it), so a cut run is compared with each of ``BASELINES``
+uninterrupted runs and judged by the one it matches best: it must equal *an* uninterrupted run
+outside its cut's window. On en_jfk, measured on an idle Intel Xeon: 4 of 20 uninterrupted runs
+lost "ask what you" (the endpoint window, opened after the words carried before it, skips them:
+a streaming-core bug of its own, open in the conversations issue) and 6 heard "asked" for
+"ask".
 
 Prints per mode: the resume gap (from the new connection to the first replayed final or, with
 nothing to replay, the first final after it), the words duplicated and lost over the runs, the
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import difflib
 import random
 import statistics
@@ -44,6 +52,7 @@ from streamwhisper.client import StreamClient  # noqa: E402
 from streamwhisper.events import Final  # noqa: E402
 
 WINDOW = 2  # words either side of a cut where a run may differ from the uninterrupted one
+BASELINES = 20  # uninterrupted runs a cut run is compared with (each has a fifth of a chance of the drop below)
 CHUNK = 1600  # 100 ms per message
 SPEED = 4.0  # x real time
 HEARTBEAT_S = 20.0  # the daemon's ping interval (runtime/http.py)
@@ -69,6 +78,13 @@ class Comparison:
     duplicated: int  # words more than the uninterrupted run has
     lost: int  # words fewer
     outside: list[str]  # differences outside the cut's word window
+
+
+def best_match(baselines: list[Run], run: Run, window: int = WINDOW) -> Comparison:
+    """``run`` against the uninterrupted run it matches best (fewest differences outside its
+    window, then fewest words lost or duplicated)."""
+    comparisons = [compare(b, run, window) for b in baselines]
+    return min(comparisons, key=lambda c: (len(c.outside), c.lost + c.duplicated))
 
 
 def compare(baseline: Run, run: Run, window: int = WINDOW) -> Comparison:
@@ -145,20 +161,22 @@ async def server_notices_silence(server: Any) -> None:
         raise RuntimeError("the server did not notice the stalled connection")
 
 
-async def cut_runs(server: Any, audio: np.ndarray, seeds: range, modes: tuple[str, ...]) -> tuple[Run, list[Run]]:
-    """The uninterrupted run, then one cut run per seed and mode."""
+async def cut_runs(
+    server: Any, audio: np.ndarray, seeds: range, modes: tuple[str, ...], baselines: int = BASELINES
+) -> tuple[list[Run], list[Run]]:
+    """``baselines`` uninterrupted runs, then one cut run per seed and mode."""
     proxy = CutProxy(server.port)
     port = await proxy.start()
     url = f"ws://127.0.0.1:{port}"
     try:
-        baseline = await stream(url, audio)
+        uninterrupted = [await stream(url, audio) for _ in range(baselines)]
         runs = []
         duration = len(audio) / 16000
         for mode in modes:
             for seed in seeds:
                 cut = random.Random(seed).uniform(0.5, duration - 0.5)
                 runs.append(await stream(url, audio, cut, mode, proxy, server))
-        return baseline, runs
+        return uninterrupted, runs
     finally:
         await proxy.close()
 
@@ -181,14 +199,16 @@ def main() -> None:
     clip = {c.id: c for c in read_manifest(ROOT / "tests" / "data" / "manifest.tsv")}[args.clip]
     audio = load_audio(clip.wav)
     with LiveServer(load_model("tiny.en"), loop=ClockLoop(), idle_timeout_s=0) as server:
-        baseline, runs = asyncio.run(cut_runs(server, audio, range(args.runs), ("close", "stall")))
-    print(f"cpu: {cpu_name()}; clip {args.clip} ({len(audio) / 16000:.1f} s, {len(baseline.words)} words)")
-    print(f"uninterrupted: {' '.join(baseline.words)}")
+        baselines, runs = asyncio.run(cut_runs(server, audio, range(args.runs), ("close", "stall")))
+    print(f"cpu: {cpu_name()}; clip {args.clip} ({len(audio) / 16000:.1f} s, {len(baselines[0].words)} words)")
+    print(f"uninterrupted ({len(baselines)} runs):")
+    for text, count in collections.Counter(" ".join(b.words) for b in baselines).most_common():
+        print(f"  {count} x {text}")
     print("| mode | runs | resumed | resume gap p50 / max (s) | words duplicated | words lost | off outside window |")
     print("|---|---|---|---|---|---|---|")
     for mode in ("close", "stall"):
         mine = [r for r in runs if r.mode == mode]
-        comparisons = [compare(baseline, r) for r in mine]
+        comparisons = [best_match(baselines, r) for r in mine]
         gaps = [r.gap_s for r in mine if r.gap_s is not None]
         gap = f"{statistics.median(gaps):.2f} / {max(gaps):.2f}" if gaps else "-"
         resumed = sum(1 for r in mine if r.resumed and all(r.resumed))
