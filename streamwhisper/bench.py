@@ -85,7 +85,7 @@ def score_latency(
         else:
             continue
         # a revision: a word on screen changed in place (not just more words appended)
-        run.revisions += sum(1 for a, b in zip(shown_before, shown) if a != b)
+        run.revisions += sum(1 for a, b in zip(shown_before, shown, strict=False) if a != b)
         shown_before = shown
         snapshots.append((at, shown))
     run.final_words = len(finals)
@@ -96,7 +96,7 @@ def score_latency(
     for block in matcher.get_matching_blocks():
         for k in range(block.size):
             audio_end[block.a + k] = offline_words[block.b + k][1]
-    for i, ((_, _, final_at), end) in enumerate(zip(finals, audio_end)):
+    for i, ((_, _, final_at), end) in enumerate(zip(finals, audio_end, strict=True)):
         run.final_latency.append(max(0.0, final_at - end))
         first = next((at for at, shown in snapshots if len(shown) > i and shown[i] == stream_keys[i]), final_at)
         run.partial_latency.append(max(0.0, min(first, final_at) - end))
