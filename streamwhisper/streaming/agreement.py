@@ -274,10 +274,13 @@ class CommitPolicy:
             return (self._prompt if self._soft_boundary else self._closed_prompt), ""
         before = list(self._tail)[: len(self._tail) - len(inside)]
         prefix = "".join(w.word for w in inside)
-        if cfg.bare_prefix_end:
+        if cfg.bare_prefix_end and self._soft_boundary:
             # The mark after the last committed word was the decoder's guess at what follows,
             # made when the window ended there ("rose, Mike."): left in the prefix, it steers
-            # the decoder to the same guess ("rose, might" -> ", Mike never die").
+            # the decoder to the same guess ("rose, might" -> ", Mike never die"). After an
+            # utterance closed at a pause (a window reopened over its last words) the mark
+            # stays: without it the prefix breaks off as the prompt would ("... for you" made
+            # the decoder skip "ask what you" and go on with "can do for your country").
             prefix = prefix.rstrip(CLAUSE_END_PUNCTUATION)
         prompt = ""
         if before and cfg.condition_on_committed and cfg.max_prompt_tokens:
