@@ -16,9 +16,9 @@ from fakes import AGREEMENT, ScriptedRecognizer, SpanVad, fake_encode, hyp, text
 
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
+from streamwhisper.runtime.replay import drive
 from streamwhisper.streaming.agreement import CommitPolicy
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
-from streamwhisper.runtime.replay import drive
 from streamwhisper.streaming.streamer import Streamer
 
 GOLDEN = Path(__file__).parent / "golden"
