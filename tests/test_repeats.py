@@ -17,6 +17,7 @@ guard cannot catch it: it compares with committed words, and the first copy is n
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from recording import repeated_run
 from schedule_replay import replay_schedule
 
 from streamwhisper.events import Final
+from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
 
 SCHEDULES = Path(__file__).resolve().parent / "data" / "schedules"
 
@@ -50,8 +52,15 @@ def load(name: str) -> dict[str, Any]:
     return json.loads((SCHEDULES / name).read_text())
 
 
+# the settings the schedule was recorded with: before a reopened window's prefix kept its
+# sentence mark (closed_prefix_keeps_mark), which changes the prefix text of its requests
+RECORDED = dataclasses.replace(
+    StreamingConfig(), policy=dataclasses.replace(PolicyConfig(), closed_prefix_keeps_mark=False)
+)
+
+
 def finals(schedule: dict[str, Any], *, same_text: bool = True) -> list[str]:
-    return [e.text for e in replay_schedule(schedule, same_text=same_text) if isinstance(e, Final)]
+    return [e.text for e in replay_schedule(schedule, RECORDED, same_text=same_text) if isinstance(e, Final)]
 
 
 def with_hypothesis(schedule: dict[str, Any], window: tuple[float, float], words: list[list[Any]]) -> dict[str, Any]:

@@ -274,7 +274,7 @@ class CommitPolicy:
             return (self._prompt if self._soft_boundary else self._closed_prompt), ""
         before = list(self._tail)[: len(self._tail) - len(inside)]
         prefix = "".join(w.word for w in inside)
-        if cfg.bare_prefix_end and self._soft_boundary:
+        if cfg.bare_prefix_end and (self._soft_boundary or not cfg.closed_prefix_keeps_mark):
             # The mark after the last committed word was the decoder's guess at what follows,
             # made when the window ended there ("rose, Mike."): left in the prefix, it steers
             # the decoder to the same guess ("rose, might" -> ", Mike never die"). After an
