@@ -186,12 +186,12 @@ def test_forced_prefix_ends_without_its_punctuation_mark() -> None:
         assert p.context(0.7)[1] == (" rose" if bare else " rose,")
 
 
-def test_a_prefix_reopened_after_a_pause_keeps_its_sentence_mark() -> None:
+def test_closed_prefix_keeps_mark_keeps_a_reopened_prefix_sentence_mark() -> None:
     """A window reopened over the words of an utterance that closed at a pause gets them as a
     finished sentence: "for you" without its stop made the decoder skip "ask what you" (heard
     as the prefix's end) and go on with "can do for your country"."""
     words = [(" do", 0.0, 0.5), (" for", 0.5, 1.0), (" you.", 1.0, 1.6)]
-    p = CommitPolicy(PolicyConfig(bare_prefix_end=True))
+    p = CommitPolicy(PolicyConfig(bare_prefix_end=True, closed_prefix_keeps_mark=True))
     p.observe(hyp(words), 0.0, 2.0, endpoint=True)  # the utterance ends at a pause
     assert p.context(0.7)[1] == " for you."
     said = [(" Ask", 2.5, 2.8), (" what,", 2.8, 3.1)]
