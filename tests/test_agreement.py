@@ -186,18 +186,47 @@ def test_forced_prefix_ends_without_its_punctuation_mark() -> None:
         assert p.context(0.7)[1] == (" rose" if bare else " rose,")
 
 
-def test_closed_prefix_keeps_mark_keeps_a_reopened_prefix_sentence_mark() -> None:
-    """A window reopened over the words of an utterance that closed at a pause gets them as a
-    finished sentence: "for you" without its stop made the decoder skip "ask what you" (heard
-    as the prefix's end) and go on with "can do for your country"."""
-    words = [(" do", 0.0, 0.5), (" for", 0.5, 1.0), (" you.", 1.0, 1.6)]
-    p = CommitPolicy(PolicyConfig(bare_prefix_end=True, closed_prefix_keeps_mark=True))
-    p.observe(hyp(words), 0.0, 2.0, endpoint=True)  # the utterance ends at a pause
-    assert p.context(0.7)[1] == " for you."
-    said = [(" Ask", 2.5, 2.8), (" what,", 2.8, 3.1)]
-    p.observe(hyp(said, 0.7), 0.7, 5.0, prefixed=True)
-    assert texts(p.observe(hyp(said, 0.7), 0.7, 5.0, prefixed=True)) == [("Final", "Ask what,")]
-    assert p.context(2.6)[1] == " Ask what", "inside speech the prefix leaves its last mark to the decoder"
+def test_a_window_reopened_after_a_pause_hears_its_committed_words_again() -> None:
+    """A window reopened over the words of an utterance that closed at a pause is decoded
+    without them as a forced prefix, and without the prompt that breaks off before them: as a
+    prefix, "for you" made the decoder take "ask what you" for the prefix's end and go on with
+    "can do for your country". Its words up to the commit point (in the pause) are the
+    committed ones."""
+    words = [(" can", 0.0, 0.3), (" do", 0.3, 0.5), (" for", 0.5, 1.0), (" you.", 1.0, 1.6)]
+    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p.observe(hyp(words), 0.0, 2.0, endpoint=True)  # the utterance ends at a pause: commit point 2.0
+    assert p.context(0.7) == ("", "")
+    # " you." again, its end timed past the commit point, then the new words
+    said = [(" you.", 1.0, 2.1), (" Ask", 2.5, 2.8), (" what", 2.8, 3.1), (" you", 3.1, 3.3)]
+    p.observe(hyp(said, 0.7), 0.7, 3.6)
+    assert texts(p.observe(hyp(said, 0.7), 0.7, 3.6)) == [("Final", "Ask what"), ("Partial", "you")]
+    assert p.context(0.7) == (" can do", " for you. Ask what"), "inside speech the committed words are the prefix"
+    reopened = CommitPolicy(PolicyConfig(reopened_prefix=True))
+    reopened.observe(hyp(words), 0.0, 2.0, endpoint=True)
+    assert reopened.context(0.7) == (" can do", " for you")
+
+
+def test_a_reopened_window_that_hears_nothing_new_gives_the_utterance_its_prefix() -> None:
+    """Heard again, the committed words can end the decoding before the new speech ("... of
+    about 1455." and <|endoftext|>): the utterance's next windows take them as the prefix."""
+    words = [(" can", 0.0, 0.3), (" do", 0.3, 0.5), (" for", 0.5, 1.0), (" you.", 1.0, 1.6)]
+    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p.observe(hyp(words), 0.0, 2.0, endpoint=True)
+    assert p.observe(hyp(words[2:], 0.7), 0.7, 3.5) == []  # only the committed words again
+    assert p.context(0.7) == (" can do", " for you")
+    said = [(" Ask", 2.5, 2.8), (" what", 2.8, 3.1), (" you", 3.1, 3.3)]
+    assert texts(p.observe(hyp(said, 0.7), 0.7, 3.6, endpoint=True, prefixed=True)) == [("Final", "Ask what you")]
+    p.observe(hyp([(" Yes.", 5.0, 5.4)], 4.0), 4.0, 6.0, endpoint=True)
+    assert p.context(3.0) == ("", ""), "the next utterance hears its reopened words again"
+
+
+def test_a_reopened_window_keeps_a_new_word_like_the_last_committed_one_after_the_pause() -> None:
+    """Only a first word that starts before the commit point is the committed word heard again."""
+    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p.observe(hyp([(" thank", 0.0, 0.4), (" you.", 0.4, 0.9)]), 0.0, 1.5, endpoint=True)
+    said = [(" you.", 0.4, 0.9), (" You", 1.8, 2.0), (" know", 2.0, 2.3), (" what", 2.3, 2.5)]
+    p.observe(hyp(said), 0.0, 2.9)
+    assert texts(p.observe(hyp(said), 0.0, 2.9)) == [("Final", "You know"), ("Partial", "what")]
 
 
 # --- default guards: short windows, the commit margin, forced endpoints -----------------------

@@ -52,11 +52,9 @@ def load(name: str) -> dict[str, Any]:
     return json.loads((SCHEDULES / name).read_text())
 
 
-# the settings the schedule was recorded with: before a reopened window's prefix kept its
-# sentence mark (closed_prefix_keeps_mark), which changes the prefix text of its requests
-RECORDED = dataclasses.replace(
-    StreamingConfig(), policy=dataclasses.replace(PolicyConfig(), closed_prefix_keeps_mark=False)
-)
+# the settings the schedule was recorded with: a window reopened after a pause took the committed
+# words in it as a forced prefix (reopened_prefix), which its requests' prefix text records
+RECORDED = dataclasses.replace(StreamingConfig(), policy=dataclasses.replace(PolicyConfig(), reopened_prefix=True))
 
 
 def finals(schedule: dict[str, Any], *, same_text: bool = True) -> list[str]:

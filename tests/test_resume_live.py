@@ -26,15 +26,7 @@ pytestmark = pytest.mark.slow  # end to end: the real model
 RUNS = 20
 
 
-STALL_XFAIL = pytest.mark.xfail(
-    strict=False,  # not strict: it passes in some runs; to be made strict or removed with the fix
-    reason="issue 22: the streaming core drops 'ask what you' in some request schedules (a window "
-    "reopened after a pause decodes 'you' as its prefix and skips the phrase); after a stall a cut run "
-    "drops it more often than the uninterrupted runs it is compared with",
-)
-
-
-@pytest.mark.parametrize("mode", ["close", pytest.param("stall", marks=STALL_XFAIL)])
+@pytest.mark.parametrize("mode", ["close", "stall"])
 def test_seeded_cuts_lose_and_duplicate_no_word(serving_model, clips: dict[str, Clip], mode: str) -> None:
     clip = clips["en_jfk"]
     audio = load_audio(clip.wav)

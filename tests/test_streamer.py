@@ -484,18 +484,27 @@ def tone_words(seconds: float, words: Sequence[tuple[int, float, float]]) -> tup
 
 def test_an_utterance_soon_after_another_reopens_the_words_before_it() -> None:
     """Within carry_gap_s of the last committed word, a new utterance's windows start back over
-    the committed words of the last carry_keep_s (the pause included), sent as the forced prefix;
+    the committed words of the last carry_keep_s (the pause included), which it hears again (as the
+    forced prefix, after the committed words before them as the prompt, with reopened_prefix);
     after a longer pause it starts alone, and the ring keeps only the pre-roll again."""
     first = [(i % 20, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
     audio, spoken = tone_words(16.0, [*first, (21, 5.3, 5.6), (22, 5.7, 6.0), (23, 12.5, 12.8), (3, 12.9, 13.2)])
-    recognizer = ToneRecognizer()
-    streamer = Streamer(vad=EnergyVad())
-    events = feed_all(streamer, recognizer, audio, [1_600])
-    check_stream(events, spoken)
-    second = next(r for r in recognizer.requests if r.end > 5.6)
     carry = StreamingConfig()
-    assert second.urgent and second.start < 3.95 - carry.carry_keep_s + 0.5
-    assert 4 <= len(second.prefix) <= 7 and list(second.prefix) == [s.label for s in spoken[8 - len(second.prefix) : 8]]
+    for reopened_prefix in (False, True):
+        recognizer = ToneRecognizer()
+        config = replace(carry, policy=replace(carry.policy, reopened_prefix=reopened_prefix))
+        streamer = Streamer(config, vad=EnergyVad())
+        events = feed_all(streamer, recognizer, audio, [1_600])
+        check_stream(events, spoken)
+        second = next(r for r in recognizer.requests if r.end > 5.6)
+        assert second.urgent and second.start < 3.95 - carry.carry_keep_s + 0.5
+        carried = [s.label for s in spoken[:8] if s.end > second.start]
+        assert 4 <= len(carried) <= 7
+        if reopened_prefix:  # the words before them as the prompt, the carried ones as the prefix
+            assert list(second.prompt) == [s.label for s in spoken[: 8 - len(carried)]]
+            assert list(second.prefix) == carried
+        else:  # heard again without a prompt that breaks off before them
+            assert second.prompt == () and second.prefix == ()
     third = next(r for r in recognizer.requests if r.end > 12.8)
     assert third.start > 11.5 and third.prefix == ()  # 6.5 s after the last word: no carry
 

@@ -15,9 +15,11 @@ hypothesis describes. Invariants the policy keeps:
 - a word is committed when two consecutive hypotheses agree on it (normalised text, as a
   common prefix of their uncommitted words) and it ends clear of the window's end, at an
   endpoint, or by :meth:`CommitPolicy.force_commit`;
-- while a window still holds committed words, the caller decodes it with those words as a
-  forced prefix (:meth:`CommitPolicy.context`), so the model continues after them: nothing is
-  duplicated or lost at the commit point and no word is cut in two;
+- while a window still holds committed words inside continuous speech, the caller decodes it
+  with those words as a forced prefix (:meth:`CommitPolicy.context`), so the model continues
+  after them: nothing is duplicated or lost at the commit point and no word is cut in two; a
+  window reopened over an utterance that closed at a pause decodes its words again, and those
+  ending by the commit point (which lies in the pause) are dropped;
 - when the caller trims its audio at ``committed_end`` (a long utterance), the next window
   starts where the last committed word ends; words of that window ending at or before the
   commit point, or repeating the committed tail right at the boundary, are dropped.
@@ -80,6 +82,7 @@ class CommitPolicy:
         self._utterance_start: float | None = None  # window start of the utterance's first hypothesis
         self._prompt = ""
         self._closed_prompt = ""  # the prompt as a finished sentence
+        self._unheard = False  # a reopened window of this utterance heard nothing new
 
     @property
     def committed_end(self) -> float:
@@ -132,6 +135,11 @@ class CommitPolicy:
         if reason:
             logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
         placed = self._place(words, window_start, window_end, prefixed)
+        if not placed and self._rehears(window_start):
+            # Heard again, the committed words can end the decoding ("... of about 1455."
+            # <|endoftext|>, with the next sentence in the window): take them as the prefix
+            # for the rest of the utterance.
+            self._unheard = True
         if endpoint:
             if speech_goes_on:
                 # A word reaching a forced endpoint is cut in two there ("what" heard as "why"):
@@ -192,6 +200,7 @@ class CommitPolicy:
         self._shown = ""
         self._finals_in_utterance = 0
         self._utterance_start = None
+        self._unheard = False
         if speech_goes_on:
             self._soft_boundary = bool(self._tail)
         else:
@@ -272,20 +281,31 @@ class CommitPolicy:
             # ("... can do for you") makes the decoder continue it and skip new words that
             # sound like its end ("ask what you can do for your country" -> "for your country").
             return (self._prompt if self._soft_boundary else self._closed_prompt), ""
+        if self._rehears(window_start):
+            # A window reopened over an utterance that closed at a pause hears its words again,
+            # without a prompt, and _place drops them by time: as a forced prefix (or after the
+            # prompt that breaks off before them), "... for you" or "And so." made the decoder
+            # take the new "ask what you" or "my fellow Americans" for its end and skip them.
+            return "", ""
         before = list(self._tail)[: len(self._tail) - len(inside)]
-        prefix = "".join(w.word for w in inside)
-        if cfg.bare_prefix_end and (self._soft_boundary or not cfg.closed_prefix_keeps_mark):
-            # The mark after the last committed word was the decoder's guess at what follows,
-            # made when the window ended there ("rose, Mike."): left in the prefix, it steers
-            # the decoder to the same guess ("rose, might" -> ", Mike never die"). After an
-            # utterance closed at a pause (a window reopened over its last words) the mark
-            # stays: without it the prefix breaks off as the prompt would ("... for you" made
-            # the decoder skip "ask what you" and go on with "can do for your country").
-            prefix = prefix.rstrip(CLAUSE_END_PUNCTUATION)
         prompt = ""
         if before and cfg.condition_on_committed and cfg.max_prompt_tokens:
             prompt = "".join(w.word for w in before[-cfg.max_prompt_tokens :])
+        prefix = "".join(w.word for w in inside)
+        if cfg.bare_prefix_end:
+            # The mark after the last committed word was the decoder's guess at what follows,
+            # made when the window ended there ("rose, Mike."): left in the prefix, it steers
+            # the decoder to the same guess ("rose, might" -> ", Mike never die").
+            prefix = prefix.rstrip(CLAUSE_END_PUNCTUATION)
         return prompt, prefix
+
+    def _rehears(self, window_start: float) -> bool:
+        """Whether a window starting at ``window_start`` is decoded without the committed words
+        it holds: reopened over an utterance that closed at a pause (none committed since)."""
+        return (
+            not (self._soft_boundary or self._unheard or self._config.reopened_prefix)
+            and bool(self._tail) and self._tail[-1].end > window_start
+        )
 
     def _vouched(self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool) -> bool:
         """Whether these words and the uncommitted words of the latest hypothesis begin alike:
@@ -305,8 +325,8 @@ class CommitPolicy:
             start, end = window_start + w.start, window_start + w.end
             if start >= window_end:  # decoded into the padding after the audio
                 break
-            if end <= self._committed_end and not prefixed:  # audio already committed
-                continue
+            if not prefixed and (end <= self._committed_end or self._heard_again(w.word, start, out)):
+                continue  # audio already committed
             start = min(max(start, prev_end), window_end)
             end = min(max(end, start), window_end)
             out.append(Word(w.word, round(start, 3), round(end, 3), w.probability))
@@ -318,6 +338,15 @@ class CommitPolicy:
         # repeating them are the decoder saying its last phrase again (two words at least: a
         # single repeated word may be a real "the the").
         return drop_repeated_tail(out, self._tail, self._committed_end, self._config, min_words=2 if prefixed else 1)
+
+    def _heard_again(self, word: str, start: float, placed: Sequence[Word]) -> bool:
+        """Whether ``word``, the first of a window reopened over committed words (decoded
+        without a prefix), is the last committed word again, timed past the commit point."""
+        last = self._tail[-1] if self._tail else None
+        return (
+            not placed and last is not None and start < self._committed_end
+            and normalize_word(word) == normalize_word(last.word)
+        )
 
     def _commit(self, words: Sequence[Word], *, endpoint: bool) -> Final:
         words = tuple(words)

@@ -93,10 +93,13 @@ class PolicyConfig:
     # of its last word, so the decoder decides afresh whether a clause ends there: streamed
     # longform WER 6.4 % instead of 6.5 %, read_en 7.5 % instead of 7.7 % (unaware replay).
     bare_prefix_end: bool = True
-    # ... except, when set, in a window reopened over the words of an utterance that closed at a
-    # pause ("... for you" made the decoder skip "ask what you"). Off: "And so." as the prefix
-    # made it skip "my fellow Americans" instead (tests/test_listen.py, 1 run in 4).
-    closed_prefix_keeps_mark: bool = False
+    # A window reopened over the words of an utterance that closed at a pause (carry_gap_s)
+    # decodes those words again, without a prompt, and its words up to the commit point are
+    # dropped by time; once such a window hears nothing new, the utterance takes them as the
+    # forced prefix. As the prefix (or after the prompt that breaks off before them) they made
+    # the decoder skip new words that sound like their end ("... for you" skipped "ask what
+    # you", "And so." skipped "my fellow Americans"). True: always the forced prefix.
+    reopened_prefix: bool = False
     # The last committed tokens sent as the prompt (Whisper allows 223). A short one conditions
     # as well and costs less: streamed longform WER 6.5 % with 32, 7.1 % with 48, 7.4 % with 223,
     # 9.2 % with none.
