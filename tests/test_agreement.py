@@ -201,6 +201,12 @@ def test_a_window_reopened_after_a_pause_hears_its_committed_words_again() -> No
     p.observe(hyp(said, 0.7), 0.7, 3.6)
     assert texts(p.observe(hyp(said, 0.7), 0.7, 3.6)) == [("Final", "Ask what"), ("Partial", "you")]
     assert p.context(0.7) == (" can do", " for you. Ask what"), "inside speech the committed words are the prefix"
+    # the alignment can give the committed word again no audio, past the commit point
+    q = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    q.observe(hyp(words), 0.0, 2.0, endpoint=True)
+    again = [(" do", 0.3, 0.5), (" for", 0.5, 1.0), (" you.", 2.4, 2.4), (" Ask", 2.5, 2.8), (" what", 2.8, 3.1)]
+    q.observe(hyp(again, 0.2), 0.2, 3.6)
+    assert texts(q.observe(hyp(again, 0.2), 0.2, 3.6)) == [("Final", "Ask what")]
     reopened = CommitPolicy(PolicyConfig(reopened_prefix=True))
     reopened.observe(hyp(words), 0.0, 2.0, endpoint=True)
     assert reopened.context(0.7) == (" can do", " for you")

@@ -48,6 +48,8 @@ TAIL_WORDS = 256  # committed words kept: more than a 30 s window can hold
 # the 2 s window meets min_commit_window_s = 2 (without the slack the first commit waited for
 # the next step: read_en final latency p95 2.3 s instead of 1.8 s at a 0.5 s step).
 WINDOW_SLACK_S = 0.05
+# A word the alignment gives less audio than this (one 20 ms step) was not heard in the window.
+UNTIMED_WORD_S = 0.02
 # Marks that end a clause or sentence (Latin and CJK): left off the end of a forced prefix.
 CLAUSE_END_PUNCTUATION = ".,;:!?…。，、；：！？"
 
@@ -325,7 +327,7 @@ class CommitPolicy:
             start, end = window_start + w.start, window_start + w.end
             if start >= window_end:  # decoded into the padding after the audio
                 break
-            if not prefixed and (end <= self._committed_end or self._heard_again(w.word, start, out)):
+            if not prefixed and (end <= self._committed_end or self._heard_again(w.word, start, end, out)):
                 continue  # audio already committed
             start = min(max(start, prev_end), window_end)
             end = min(max(end, start), window_end)
@@ -339,12 +341,13 @@ class CommitPolicy:
         # single repeated word may be a real "the the").
         return drop_repeated_tail(out, self._tail, self._committed_end, self._config, min_words=2 if prefixed else 1)
 
-    def _heard_again(self, word: str, start: float, placed: Sequence[Word]) -> bool:
-        """Whether ``word``, the first of a window reopened over committed words (decoded
-        without a prefix), is the last committed word again, timed past the commit point."""
+    def _heard_again(self, word: str, start: float, end: float, placed: Sequence[Word]) -> bool:
+        """Whether ``word``, the first new one of a window reopened over committed words
+        (decoded without a prefix), is the last committed word again: timed across the commit
+        point, or given no audio at all by the alignment ("thanks." at 116.06-116.06 s)."""
         last = self._tail[-1] if self._tail else None
         return (
-            not placed and last is not None and start < self._committed_end
+            not placed and last is not None and (start < self._committed_end or end - start < UNTIMED_WORD_S)
             and normalize_word(word) == normalize_word(last.word)
         )
 
