@@ -306,7 +306,8 @@ class CommitPolicy:
         it holds: reopened over an utterance that closed at a pause (none committed since)."""
         return (
             not (self._soft_boundary or self._unheard or self._config.reopened_prefix)
-            and bool(self._tail) and self._tail[-1].end > window_start
+            and bool(self._tail)
+            and self._tail[-1].end > window_start
         )
 
     def _vouched(self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool) -> bool:
@@ -342,12 +343,14 @@ class CommitPolicy:
         return drop_repeated_tail(out, self._tail, self._committed_end, self._config, min_words=2 if prefixed else 1)
 
     def _heard_again(self, word: str, start: float, end: float, placed: Sequence[Word]) -> bool:
-        """Whether ``word``, the first new one of a window reopened over committed words
-        (decoded without a prefix), is the last committed word again: timed across the commit
-        point, or given no audio at all by the alignment ("thanks." at 116.06-116.06 s)."""
+        """Whether ``word``, the first new one of a window decoded without a prefix (reopened
+        over committed words, see :meth:`context`), is the last committed word again: timed
+        across the commit point, or given no audio by the alignment ("thanks." at 116.06 s)."""
         last = self._tail[-1] if self._tail else None
         return (
-            not placed and last is not None and (start < self._committed_end or end - start < UNTIMED_WORD_S)
+            not placed
+            and last is not None
+            and (start < self._committed_end or end - start < UNTIMED_WORD_S)
             and normalize_word(word) == normalize_word(last.word)
         )
 
