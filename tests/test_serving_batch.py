@@ -77,10 +77,15 @@ def _check_variety(recognizer: WhisperRecognizer, batch: list[RecognitionRequest
 # The int8 logits projection (the default compute type): fbgemm's AVX2 kernels multiply u8 x s8
 # pairs into saturating int16 (vpmaddubsw) and pick other kernels for one row than for a batch,
 # measured up to 1.1e-4 (forced on an AVX-512 CPU with FBGEMM_ENABLE_INSTRUCTIONS=AVX2: see
-# `make test-avx2`), 3e-6 with its AVX-512 VNNI kernels (exact int32 sums): a bound of 1e-3 is
-# still a fraction of one int8 step of a logit, so a different token choice cannot hide in it.
+# `make test-avx2`), 3e-6 with its AVX-512 VNNI kernels (exact int32 sums). Dynamic int8
+# quantisation also rounds each activation to a step of its call's range, and a batched row's
+# activations differ from the row alone by the float32 arithmetic (2e-6 on the fp32 model): once
+# in a while that crosses a rounding boundary, which moves a logit by a step times a weight. The
+# window "you!" (2 tokens, after a 10-token prefix) measured 2.3e-3 on an AVX-512 VNNI Xeon; the
+# fp32 model decodes the same batch to within FLOAT32_TOLERANCE (checked in the same test), so
+# the int8 bound of 1e-2 only admits such roundings, and tokens and words must still be equal.
 FLOAT32_TOLERANCE = 1e-5
-INT8_LOGITS_TOLERANCE = 1e-3
+INT8_LOGITS_TOLERANCE = 1e-2
 
 
 def _tolerance(model: Whisper) -> float:
@@ -122,11 +127,14 @@ def _windows_2_to_10_s(streamed: list[RecognitionRequest]) -> list[RecognitionRe
     return sorted(windows, key=lambda r: bool(r.prefix))
 
 
-def test_streamed_requests_decode_the_same_batched(default_model: Whisper, streamed: list[RecognitionRequest]) -> None:
+def test_streamed_requests_decode_the_same_batched(
+    default_model: Whisper, tiny_model: Whisper, streamed: list[RecognitionRequest]
+) -> None:
     # the windows of 2-10 s of two streams, as concurrent sessions would send them
     batch = _windows_2_to_10_s(streamed)[:16]
     _check_variety(WhisperRecognizer(default_model, RecognizerConfig(**FIT)), batch)
     hypotheses = _compare(default_model, batch)
+    _compare(tiny_model, batch)  # the same batch without int8 rounding: float32's tolerance
     assert sum(bool(h.words) for h in hypotheses) >= len(batch) // 2
     assert len({len(h.tokens) for h in hypotheses}) >= 3, "rows finish at different steps"
 
