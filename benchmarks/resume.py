@@ -13,9 +13,12 @@ uninterrupted run of the same clip (difflib). A cut lands at word ``k`` of the u
 outside the window, are counted as duplicated; words it has fewer of, as lost. Uninterrupted runs
 of the same clip differ among themselves (the requests' timing differs from run to run, and the
 streaming core's result with it), so a cut run is compared with each of ``BASELINES``
-uninterrupted runs and judged by the one it matches best: it must equal *an* uninterrupted run
-outside its cut's window. On en_jfk, on an idle Intel Xeon, uninterrupted runs heard "asked" for
-"ask" in 0 to 6 of 20 runs (the early requests' timing decides it).
+uninterrupted runs on the daemon and with the same clip replayed through the daemon's streaming
+core on simulated schedules (:func:`replayed`: every request costs one of ``REPLAY_COSTS_S``),
+and judged by the one it matches best: it must equal *an* uninterrupted run outside its cut's
+window. On en_jfk the live runs alone did not cover what the schedule decides: on an idle Intel
+Xeon, 4 of 40 uninterrupted runs heard "asked" for "ask", and a cut run that did so failed a
+comparison with 20 of them that all heard "ask"; the replays hear it at most costs.
 
 Prints per mode: the resume gap (from the new connection to the first replayed final or, with
 nothing to replay, the first final after it), the words duplicated and lost over the runs, the
@@ -50,7 +53,10 @@ from streamwhisper.client import StreamClient  # noqa: E402
 from streamwhisper.events import Final  # noqa: E402
 
 WINDOW = 2  # words either side of a cut where a run may differ from the uninterrupted one
-BASELINES = 20  # uninterrupted runs a cut run is compared with
+BASELINES = 20  # uninterrupted runs on the daemon a cut run is compared with
+# seconds a request costs in each replayed uninterrupted run (real-time arrival; at the 4x
+# real time the daemon is fed at, 0.1 s here is a 25 ms request)
+REPLAY_COSTS_S = tuple(round(0.1 * 1.25**i, 3) for i in range(12))
 CHUNK = 1600  # 100 ms per message
 SPEED = 4.0  # x real time
 HEARTBEAT_S = 20.0  # the daemon's ping interval (runtime/http.py)
@@ -100,6 +106,21 @@ def compare(baseline: Run, run: Run, window: int = WINDOW) -> Comparison:
         if i1 < k - window or i2 > k + window:
             outside.append(f"{op} {base[i1:i2]} -> {words[j1:j2]} at word {i1} (cut at word {k})")
     return Comparison(duplicated, lost, outside)
+
+
+def replayed(recognizer: Any, audio: np.ndarray, costs: tuple[float, ...] = REPLAY_COSTS_S) -> list[Run]:
+    """Uninterrupted runs of ``audio`` through the daemon's streaming core (its Pump, on
+    :func:`~streamwhisper.runtime.replay.replay`'s clock) with the default streaming settings,
+    as a session has them: one run per simulated cost of a request."""
+    from benchmarks.streaming import SimulatedTimer
+    from streamwhisper.runtime.replay import replay
+    from streamwhisper.streaming.streamer import Streamer
+
+    runs = []
+    for cost in costs:
+        events = replay(Streamer(), recognizer, audio, timer=SimulatedTimer(cost)).events
+        runs.append(Run([e for e in events if isinstance(e, Final)]))
+    return runs
 
 
 async def stream(
@@ -192,16 +213,21 @@ def main() -> None:
     from streamwhisper.audio.files import load_audio
     from streamwhisper.bench import cpu_name
     from streamwhisper.model.loading import configure_threads, load_model
+    from streamwhisper.model.serving import WhisperRecognizer
 
     configure_threads()
     clip = {c.id: c for c in read_manifest(ROOT / "tests" / "data" / "manifest.tsv")}[args.clip]
     audio = load_audio(clip.wav)
-    with LiveServer(load_model("tiny.en"), loop=ClockLoop(), idle_timeout_s=0) as server:
-        baselines, runs = asyncio.run(cut_runs(server, audio, range(args.runs), ("close", "stall")))
-    print(f"cpu: {cpu_name()}; clip {args.clip} ({len(audio) / 16000:.1f} s, {len(baselines[0].words)} words)")
-    print(f"uninterrupted ({len(baselines)} runs):")
-    for text, count in collections.Counter(" ".join(b.words) for b in baselines).most_common():
-        print(f"  {count} x {text}")
+    model = load_model("tiny.en")
+    with LiveServer(model, loop=ClockLoop(), idle_timeout_s=0) as server:
+        live, runs = asyncio.run(cut_runs(server, audio, range(args.runs), ("close", "stall")))
+    simulated = replayed(WhisperRecognizer(model), audio)
+    baselines = live + simulated
+    print(f"cpu: {cpu_name()}; clip {args.clip} ({len(audio) / 16000:.1f} s, {len(live[0].words)} words)")
+    for name, group in (("on the daemon", live), ("replayed", simulated)):
+        print(f"uninterrupted, {name} ({len(group)} runs):")
+        for text, count in collections.Counter(" ".join(b.words) for b in group).most_common():
+            print(f"  {count} x {text}")
     print("| mode | runs | resumed | resume gap p50 / max (s) | words duplicated | words lost | off outside window |")
     print("|---|---|---|---|---|---|---|")
     for mode in ("close", "stall"):

@@ -15,25 +15,35 @@ import pytest
 from live_server import LiveServer
 from runtime_fakes import ClockLoop
 
-from benchmarks.resume import best_match, cut_runs
+from benchmarks.resume import Run, best_match, cut_runs, replayed
 from benchmarks.scoring import Clip, word_error_rate
 from streamwhisper.audio.files import load_audio
 from streamwhisper.client import Closed, StreamClient
 from streamwhisper.events import Final
+from streamwhisper.model.serving import WhisperRecognizer
 
 pytestmark = pytest.mark.slow  # end to end: the real model
 
 RUNS = 20
 
 
+@pytest.fixture(scope="module")
+def simulated_baselines(serving_model, clips: dict[str, Clip]) -> list[Run]:
+    """Uninterrupted runs of en_jfk replayed on simulated schedules (see benchmarks/resume.py)."""
+    return replayed(WhisperRecognizer(serving_model), load_audio(clips["en_jfk"].wav))
+
+
 @pytest.mark.parametrize("mode", ["close", "stall"])
-def test_seeded_cuts_lose_and_duplicate_no_word(serving_model, clips: dict[str, Clip], mode: str) -> None:
+def test_seeded_cuts_lose_and_duplicate_no_word(
+    serving_model, clips: dict[str, Clip], simulated_baselines: list[Run], mode: str
+) -> None:
     clip = clips["en_jfk"]
     audio = load_audio(clip.wav)
     with LiveServer(serving_model, loop=ClockLoop(), idle_timeout_s=0) as server:
-        baselines, runs = asyncio.run(cut_runs(server, audio, range(RUNS), (mode,)))
+        live, runs = asyncio.run(cut_runs(server, audio, range(RUNS), (mode,)))
         resumed = server.daemon.metrics.resumes.labels("resumed")._value.get()
-    assert min(word_error_rate([clip.reference], [" ".join(b.words)]) for b in baselines) <= 0.1
+    assert min(word_error_rate([clip.reference], [" ".join(b.words)]) for b in live) <= 0.1
+    baselines = live + simulated_baselines
     assert resumed == RUNS and all(r.resumed == [True] for r in runs), [r.resumed for r in runs]
     for run in runs:
         comparison = best_match(baselines, run)  # equal to an uninterrupted run outside the cut's window
