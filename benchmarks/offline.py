@@ -453,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         audio += longform_audio(args.manifest or common.shared_data_dir() / "eval" / "manifest.tsv")
     missing = [str(p) for _, p in audio if not p.is_file()]
     if missing:
-        raise SystemExit(f"audio not found: {', '.join(missing)} (set STREAMWHISPER_SHARED_DATA to the evaluation data folder)")
+        raise SystemExit(
+            f"audio not found: {', '.join(missing)} (set STREAMWHISPER_SHARED_DATA to the evaluation data folder)"
+        )
     pythons = {OURS: args.ours_python, FW: args.peers_python, OAI: args.peers_python}
     for engine in engines:
         if not Path(pythons[engine]).is_file():

@@ -6,10 +6,10 @@ Only the benchmarks use it: jiwer and whisper-normalizer are benchmark dependenc
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 import jiwer
 
@@ -35,11 +35,19 @@ def read_manifest(path: str | Path, categories: Iterable[str] | None = None) -> 
     for line in lines[1:]:
         if not line.strip():
             continue
-        row = dict(zip(header, line.split("\t")))
+        row = dict(zip(header, line.split("\t"), strict=False))
         if wanted is not None and row["category"] not in wanted:
             continue
         clips.append(
-            Clip(row["id"], path.parent / row["wav"], float(row["seconds"]), row["reference"], row["license"], row["category"], row["lang"])
+            Clip(
+                row["id"],
+                path.parent / row["wav"],
+                float(row["seconds"]),
+                row["reference"],
+                row["license"],
+                row["category"],
+                row["lang"],
+            )
         )
     return clips
 

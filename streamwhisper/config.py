@@ -17,9 +17,10 @@ import os
 import tomllib
 import types
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .errors import ConfigError
 from .model.config import ModelConfig, RecognizerConfig

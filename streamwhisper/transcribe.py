@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from .errors import ConfigError
 from .model.decoding import DecodeOptions, DecodingResult, decode, detect_language, with_temperature
 from .model.fallback import FallbackRule
 from .model.timing import clamp_long_words, find_alignment, merge_punctuations
-from .model.tokenizer import Tokenizer, get_tokenizer
+from .model.tokenizer import Task, Tokenizer, get_tokenizer
 from .model.whisper import Whisper
 from .whisper_input import HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE
 from .window_loop import Segment, TranscriptionResult, Window, WindowLoop, Word
@@ -73,9 +73,8 @@ class Transcriber:
     def tokenizer(self, language: str | None, task: str) -> Tokenizer:
         """The tokenizer for a language and task; ConfigError for an unknown language."""
         try:
-            return get_tokenizer(
-                self.model.is_multilingual, num_languages=self.model.num_languages, language=language, task=task
-            )
+            multilingual, languages = self.model.is_multilingual, self.model.num_languages
+            return get_tokenizer(multilingual, num_languages=languages, language=language, task=cast(Task, task))
         except ValueError as exc:
             raise ConfigError(f"{exc} (use a code such as 'en' or a name such as 'german')") from None
 

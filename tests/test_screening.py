@@ -115,10 +115,13 @@ def test_a_loop_is_judged_by_the_words_before_it() -> None:
     loop = [(w, 2.0 + 0.2 * i, 2.2 + 0.2 * i) for i, w in enumerate([" a", " little", " bit", " of"] * 5)]
     said = [(" I'm", 0.0, 0.4), (" going", 0.4, 0.8), (" to", 0.8, 1.2), (" do", 1.2, 2.0)]
     doubted, sure = hyp(said + loop), hyp(said + loop)
-    doubted = dataclasses.replace(doubted, words=tuple(
-        dataclasses.replace(w, probability=p)
-        for w, p in zip(doubted.words, [0.14, 0.3, 0.93, 0.04, 0.17, 0.19, 0.3, 0.45] + [0.85] * 16, strict=True)
-    ))
+    doubted = dataclasses.replace(
+        doubted,
+        words=tuple(
+            dataclasses.replace(w, probability=p)
+            for w, p in zip(doubted.words, [0.14, 0.3, 0.93, 0.04, 0.17, 0.19, 0.3, 0.45] + [0.85] * 16, strict=True)
+        ),
+    )
     assert screen(doubted, PolicyConfig()) == ((), "low_word_probability")  # dishes clattering
     words, reason = screen(sure, PolicyConfig())
     assert reason == "loop" and " ".join(w.word.strip() for w in words) == "I'm going to do a little bit of"
@@ -145,7 +148,9 @@ def test_non_lexical_hypotheses_are_dropped(text: str, dropped: bool) -> None:
 
 def test_low_word_probability_is_dropped() -> None:
     words = (HypothesisWord(" hello", 0.0, 0.4, 0.3), HypothesisWord(" there", 0.4, 0.8, 0.6))
-    low = Hypothesis(" hello there", (), words, avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.0, language="en")
+    low = Hypothesis(
+        " hello there", (), words, avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.0, language="en"
+    )
     assert screen(low, PolicyConfig()) == ((), "low_word_probability")
     assert screen(low, PolicyConfig(min_mean_word_probability=0.4))[1] == ""
 
@@ -163,7 +168,8 @@ def test_doubted_words_the_previous_hypothesis_said_are_kept() -> None:
         policy = CommitPolicy(PolicyConfig())
         policy.observe(hyp([(" for", 7.0, 7.2)]), 0.0, 7.5)
         assert texts(policy.observe(hyp([(" for", 7.0, 7.2), (" you.", 7.3, 7.7)]), 0.0, 8.0)) == [
-            ("Final", "for"), ("Partial", "you.")
+            ("Final", "for"),
+            ("Partial", "you."),
         ]
         return policy
 
@@ -178,7 +184,9 @@ def test_doubted_words_the_previous_hypothesis_said_are_kept() -> None:
     assert [e.text for e in events if isinstance(e, Final)] == ["you. All"]
     # ... doubted words the previous hypothesis did not say are dropped
     policy = said_for_you()
-    events = policy.observe(_doubted([(" thank", 7.3, 7.5), (" you.", 7.5, 7.7)], offset=7.26), 7.26, 8.16, endpoint=True)
+    events = policy.observe(
+        _doubted([(" thank", 7.3, 7.5), (" you.", 7.5, 7.7)], offset=7.26), 7.26, 8.16, endpoint=True
+    )
     assert not [e for e in events if isinstance(e, Final) and e.text]
     # ... and with nothing said before, doubt drops the hypothesis
     events = CommitPolicy(PolicyConfig()).observe(_doubted([(" you.", 0.3, 0.7)]), 0.0, 1.0, endpoint=True)
@@ -189,7 +197,9 @@ def test_a_short_hypothesis_with_one_doubted_word_is_dropped() -> None:
     # "Thank you." on music: the arithmetic mean (0.52) passes the 0.5 floor, the geometric
     # mean of a hypothesis of three words or fewer (0.26) does not.
     words = (HypothesisWord(" Thank", 0.0, 0.4, 0.07), HypothesisWord(" you.", 0.4, 0.8, 0.96))
-    thanks = Hypothesis(" Thank you.", (), words, avg_logprob=-0.8, no_speech_prob=0.3, compression_ratio=1.0, language="en")
+    thanks = Hypothesis(
+        " Thank you.", (), words, avg_logprob=-0.8, no_speech_prob=0.3, compression_ratio=1.0, language="en"
+    )
     assert screen(thanks, PolicyConfig()) == ((), "low_word_probability")
     # a longer hypothesis keeps the arithmetic mean: one doubted word does not drop a sentence
     longer = words + tuple(HypothesisWord(f" w{i}", 1.0 + i, 1.5 + i, 0.6) for i in range(3))

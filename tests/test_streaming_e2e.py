@@ -40,7 +40,7 @@ def check_invariants(events: list[object]) -> list[Final]:
     for final in finals:  # append-only: each final starts where the previous one ended, or later
         words = list(final.words)
         assert final.start >= last_end - 1e-6, (final, last_end)
-        for a, b in zip(words, words[1:]):
+        for a, b in zip(words, words[1:], strict=False):
             assert a.start <= a.end <= b.start + 1e-6, (a, b)
         if words:
             last_end = words[-1].end

@@ -68,8 +68,8 @@ def test_language_tokens(reference: dict[str, Any]) -> None:
     t = get_tokenizer(True)
     ref = reference["multilingual"]
     assert set(ref["language_tokens_first10"]) <= set(t.all_language_tokens)
-    mapping = dict(zip(t.all_language_tokens, t.all_language_codes))
-    for token, code in zip(ref["language_tokens_first10"], ref["language_codes_first10"]):
+    mapping = dict(zip(t.all_language_tokens, t.all_language_codes, strict=False))
+    for token, code in zip(ref["language_tokens_first10"], ref["language_codes_first10"], strict=False):
         assert mapping[token] == code
         assert t.to_language_token(code) == token
         assert t.decode_with_timestamps([token]) == f"<|{code}|>"

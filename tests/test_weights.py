@@ -114,7 +114,9 @@ def to_openai_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def save_openai_checkpoint(path: Path, dims: ModelDimensions, state: dict[str, torch.Tensor], dtype=torch.float16) -> Path:
+def save_openai_checkpoint(
+    path: Path, dims: ModelDimensions, state: dict[str, torch.Tensor], dtype=torch.float16
+) -> Path:
     sd = {k: v.to(dtype).contiguous() for k, v in to_openai_state(state).items()}
     torch.save({"dims": dims.as_dict(), "model_state_dict": sd}, path)
     return path
@@ -258,7 +260,8 @@ def test_writer_reproduces_packaged_model_bin(tiny_files, tiny_variables):
 
 def test_packaged_tiny_weights(tiny_weights):
     assert tiny_weights.dims == TINY_DIMS
-    assert tiny_weights.alignment_heads and all(0 <= l < 4 and 0 <= h < 6 for l, h in tiny_weights.alignment_heads)
+    heads = tiny_weights.alignment_heads
+    assert heads and all(0 <= layer < 4 and 0 <= h < 6 for layer, h in heads)
     assert tiny_weights.source.endswith("model")
 
 
@@ -281,7 +284,9 @@ def test_ct2_float32_copy_is_identical(scratch, tiny_dir, tiny_variables, tiny_w
 
 
 @pytest.mark.slow
-def test_ct2_int8_copy_dequantises_within_error(scratch, tiny_dir, tiny_variables, tiny_weights, small_mel, tiny_encoder_out):
+def test_ct2_int8_copy_dequantises_within_error(
+    scratch, tiny_dir, tiny_variables, tiny_weights, small_mel, tiny_encoder_out
+):
     plain, aliases = ct2_writer.split_aliases(tiny_variables)
     ct2_writer.write_model(scratch, ct2_writer.convert_variables(plain, "int8"), aliases)
     copy_ct2_extras(tiny_dir, scratch)

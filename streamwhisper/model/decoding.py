@@ -21,7 +21,7 @@ from ..whisper_input import TIME_PRECISION
 from .kv_cache import KVCache
 from .logit_filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens, suppress_token_ids
 from .token_decoders import BeamSearchDecoder, GreedyDecoder, TokenDecoder, rank_by_likelihood
-from .tokenizer import Tokenizer, get_tokenizer
+from .tokenizer import Task, Tokenizer, get_tokenizer
 from .whisper import Whisper
 
 
@@ -101,12 +101,18 @@ def kept_prefix(prefix: list[int], n_ctx: int, sample_len: int) -> list[int]:
 
 def initial_tokens(tokenizer: Tokenizer, options: DecodeOptions, n_ctx: int, sample_len: int) -> list[int]:
     """[<|startofprev|> prompt] sot-sequence [<|notimestamps|>] [prefix]."""
-    tokens = list(tokenizer.sot_sequence_including_notimestamps if options.without_timestamps else tokenizer.sot_sequence)
+    tokens = list(
+        tokenizer.sot_sequence_including_notimestamps if options.without_timestamps else tokenizer.sot_sequence
+    )
     if options.prefix:
-        prefix = tokenizer.encode(" " + options.prefix.strip()) if isinstance(options.prefix, str) else list(options.prefix)
+        prefix = (
+            tokenizer.encode(" " + options.prefix.strip()) if isinstance(options.prefix, str) else list(options.prefix)
+        )
         tokens += kept_prefix(prefix, n_ctx, sample_len)
     if options.prompt:
-        prompt = tokenizer.encode(" " + options.prompt.strip()) if isinstance(options.prompt, str) else list(options.prompt)
+        prompt = (
+            tokenizer.encode(" " + options.prompt.strip()) if isinstance(options.prompt, str) else list(options.prompt)
+        )
         tokens = [tokenizer.sot_prev] + prompt[-(n_ctx // 2 - 1) :] + tokens
     return tokens
 
@@ -122,7 +128,7 @@ def detect_language(model: Whisper, tokenizer: Tokenizer, cache: KVCache) -> lis
     lang_ids = list(tokenizer.all_language_tokens)
     probs = logits[:, lang_ids].softmax(dim=-1).tolist()
     codes = list(tokenizer.all_language_codes)
-    return [dict(zip(codes, row)) for row in probs]
+    return [dict(zip(codes, row, strict=False)) for row in probs]
 
 
 @torch.inference_mode()
@@ -154,22 +160,24 @@ def decode(
         languages = [max(p, key=p.__getitem__) for p in probs]
         language_probs = list(probs)
 
-    results: list[DecodingResult] = []
+    results: list[tuple[int, DecodingResult]] = []
     # Rows with different detected languages need different sot sequences: decode each language group.
     for language in dict.fromkeys(languages):
         rows = [i for i, lang in enumerate(languages) if lang == language]
         tok = (
-            get_tokenizer(True, num_languages=model.num_languages, language=language, task=options.task)
+            get_tokenizer(True, num_languages=model.num_languages, language=language, task=cast(Task, options.task))
             if model.is_multilingual
             else tokenizer
         )
         sub_cache = cache if len(rows) == n_audio else cache.select(torch.tensor(rows))
-        for row, result in zip(rows, _decode_group(model, tok, sub_cache, options, n_ctx, sample_len, generator)):
+        for row, result in zip(
+            rows, _decode_group(model, tok, sub_cache, options, n_ctx, sample_len, generator), strict=False
+        ):
             result.language = language
             result.language_probs = language_probs[row]
-            results.append((row, result))  # type: ignore[arg-type]
-    results.sort(key=lambda pair: pair[0])  # type: ignore[index]
-    return [r for _, r in results]  # type: ignore[misc]
+            results.append((row, result))
+    results.sort(key=lambda pair: pair[0])
+    return [r for _, r in results]
 
 
 def _decode_group(
@@ -197,7 +205,9 @@ def _decode_group(
     if options.suppress_tokens:
         filters.append(SuppressTokens(suppress_token_ids(tokenizer, options.suppress_tokens)))
     if not options.without_timestamps:
-        max_initial = None if options.max_initial_timestamp is None else round(options.max_initial_timestamp / TIME_PRECISION)
+        max_initial = (
+            None if options.max_initial_timestamp is None else round(options.max_initial_timestamp / TIME_PRECISION)
+        )
         filters.append(ApplyTimestampRules(tokenizer, sample_begin, max_initial))
 
     tokens = torch.tensor([prompt], device=model.device).repeat(n_audio, 1)

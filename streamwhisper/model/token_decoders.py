@@ -36,7 +36,9 @@ class TokenDecoder(Protocol):
 class GreedyDecoder:
     """Argmax at temperature 0, otherwise sampling; ``n_group`` rows per audio (best_of)."""
 
-    def __init__(self, temperature: float, eot: int, n_group: int = 1, generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self, temperature: float, eot: int, n_group: int = 1, generator: torch.Generator | None = None
+    ) -> None:
         self.temperature, self.eot, self.n_group = temperature, eot, n_group
         self.generator = generator
         self.steps: list[Tensor] = []  # log-prob of each row's sampled token, step by step
@@ -151,7 +153,7 @@ class BeamSearchDecoder:
             origin: dict[tuple[int, ...], tuple[int, float]] = {}  # (source row, token log-prob)
             for j in range(self.beam_size):
                 idx = i * self.beam_size + j
-                for lp, tok in zip(top_lp_l[idx], top_ids_l[idx]):
+                for lp, tok in zip(top_lp_l[idx], top_ids_l[idx], strict=False):
                     seq = tuple(prefixes[idx] + [tok])
                     scores[seq] = base[idx] + lp
                     origin[seq] = (idx, lp)
@@ -206,4 +208,4 @@ def rank_by_likelihood(candidates: list[list[int]], sum_logprobs: list[float], l
         penalty = length if length_penalty is None else ((5 + length) / 6) ** length_penalty
         return lp / penalty
 
-    return int(np.argmax([score(lp, len(c)) for c, lp in zip(candidates, sum_logprobs)]))
+    return int(np.argmax([score(lp, len(c)) for c, lp in zip(candidates, sum_logprobs, strict=False)]))

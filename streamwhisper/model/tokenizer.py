@@ -12,9 +12,9 @@ import base64
 import gzip
 import string
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from importlib.resources import files
-from typing import Literal, Optional
+from typing import Literal
 
 import tiktoken
 
@@ -99,7 +99,7 @@ def _load_ranks(kind: EncodingKind) -> dict[bytes, int]:
     return ranks
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_encoding(kind: EncodingKind = "gpt2", num_languages: int = 99) -> tiktoken.Encoding:
     """Build (once per ``kind``/``num_languages``) the ``tiktoken.Encoding`` fully offline."""
     if kind not in ("gpt2", "multilingual"):
@@ -138,9 +138,9 @@ class Tokenizer:
 
     encoding: tiktoken.Encoding
     num_languages: int = 99
-    language: Optional[str] = None
-    task: Optional[Task] = None
-    multilingual: Optional[bool] = None
+    language: str | None = None
+    task: Task | None = None
+    multilingual: bool | None = None
 
     def __post_init__(self) -> None:
         if self.multilingual is None:
@@ -211,9 +211,28 @@ class Tokenizer:
         at the start of a word (``" -"``, ``" '"``).
         """
         symbols = [*'"#()*+/:;<=>@[\\]^_`{|}~「」『』']
-        symbols += (
-            "<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪".split()
-        )
+        symbols += [
+            "<<",
+            ">>",
+            "<<<",
+            ">>>",
+            "--",
+            "---",
+            "-(",
+            "-[",
+            "('",
+            '("',
+            "((",
+            "))",
+            "(((",
+            ")))",
+            "[[",
+            "]]",
+            "{{",
+            "}}",
+            "♪♪",
+            "♪♪♪",
+        ]
         # U+2640..U+267F symbols share their first two UTF-8 bytes, so suppressing the
         # first token is safe even when they are split into several tokens.
         misc = "♩♪♫♬♭♮♯"
@@ -273,7 +292,7 @@ class Tokenizer:
     def _split_on_spaces(self, tokens: list[int]) -> tuple[list[str], list[list[int]]]:
         words: list[str] = []
         groups: list[list[int]] = []
-        for piece, piece_tokens in zip(*self._split_on_unicode(tokens)):
+        for piece, piece_tokens in zip(*self._split_on_unicode(tokens), strict=False):
             starts_word = (
                 not words
                 or piece_tokens[0] >= self.eot
@@ -293,8 +312,8 @@ def get_tokenizer(
     multilingual: bool,
     *,
     num_languages: int = 99,
-    language: Optional[str] = None,
-    task: Optional[Task] = None,
+    language: str | None = None,
+    task: Task | None = None,
 ) -> Tokenizer:
     """Return a Whisper tokenizer for an English-only or multilingual model.
 
@@ -313,10 +332,8 @@ def get_tokenizer(
     return _cached_tokenizer(multilingual, num_languages, language or "en", task or "transcribe")
 
 
-@lru_cache(maxsize=None)
-def _cached_tokenizer(
-    multilingual: bool, num_languages: int, language: str, task: Task
-) -> Tokenizer:
+@cache
+def _cached_tokenizer(multilingual: bool, num_languages: int, language: str, task: Task) -> Tokenizer:
     kind: EncodingKind = "multilingual" if multilingual else "gpt2"
     encoding = get_encoding(kind, num_languages)
     return Tokenizer(encoding, num_languages, language, task, multilingual)

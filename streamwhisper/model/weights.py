@@ -68,7 +68,9 @@ def build_model(weights: LoadedWeights) -> Whisper:
     with torch.device("meta"):
         model = Whisper(weights.dims)
     model = model.to_empty(device="cpu")
-    model.encoder.register_buffer("positional_embedding", torch.empty(weights.dims.n_audio_ctx, weights.dims.n_audio_state))
+    model.encoder.register_buffer(
+        "positional_embedding", torch.empty(weights.dims.n_audio_ctx, weights.dims.n_audio_state)
+    )
     try:
         missing, unexpected = model.load_state_dict(weights.state, strict=False)
     except RuntimeError as exc:
@@ -76,9 +78,17 @@ def build_model(weights: LoadedWeights) -> Whisper:
         detail = next((line for line in lines if line.startswith("size mismatch")), lines[-1] if lines else "")
         raise ModelLoadError(f"{weights.source}: weights do not fit the model ({detail})") from None
     if missing or unexpected:
-        raise ModelLoadError(f"{weights.source}: weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise ModelLoadError(
+            f"{weights.source}: weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
     if weights.alignment_heads:
         model.set_alignment_heads(weights.alignment_heads)
     else:
-        model.set_alignment_heads([(l, h) for l in range(weights.dims.n_text_layer // 2, weights.dims.n_text_layer) for h in range(weights.dims.n_text_head)])
+        model.set_alignment_heads(
+            [
+                (layer, h)
+                for layer in range(weights.dims.n_text_layer // 2, weights.dims.n_text_layer)
+                for h in range(weights.dims.n_text_head)
+            ]
+        )
     return model.requires_grad_(False).eval()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -289,7 +290,7 @@ class Whisper(nn.Module):
 
     def new_cache(self, audio_features: Tensor, max_tokens: int | None = None) -> KVCache:
         """A KV cache for decoding over ``audio_features`` (B, S, n_state), cross K/V computed once."""
-        cross = [block.cross_attn.project_audio(audio_features) for block in self.decoder.blocks]
+        cross = [cast(DecoderBlock, block).cross_attn.project_audio(audio_features) for block in self.decoder.blocks]
         return KVCache.create(
             cross,
             n_head=self.dims.n_text_head,

@@ -11,7 +11,7 @@ worker at a time, so its transcript arrives window by window (what ``stream=true
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +112,7 @@ class FileTranscription:
         self.duration = len(audio) / 16000
         self.segments: list[Segment] = []
 
-    async def run(self) -> AsyncIterator[list[Segment]]:
+    async def run(self) -> AsyncGenerator[list[Segment], None]:
         """The segments each decoded window adds, in order (an empty list for a silent one)."""
         mel = await asyncio.to_thread(log_mel, self.audio, self.model.n_mels, padding=N_SAMPLES)
         loop = WindowLoop(self.audio, mel, self.tokenizer, self.options)

@@ -93,7 +93,7 @@ class AudioWindow:
 
     def append(self, samples: np.ndarray) -> bool:
         """Add samples; True when the ring dropped audio after the window start."""
-        return self._ring.append(samples) and self._ring.start > self.start
+        return self._ring.append(samples) > 0 and self._ring.start > self.start
 
     def open(self, start: int) -> None:
         """Start the window at ``start`` (an utterance begins, or reopens earlier audio)."""
