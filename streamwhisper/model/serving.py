@@ -124,7 +124,7 @@ class WhisperRecognizer:
             # offline windows: Whisper's budget (n_text_ctx // 2), timestamp tokens included
             sample_len=None
             if request.timestamps
-            else min(cfg.max_new_tokens, 8 + round(cfg.max_tokens_per_s * seconds)),  # noqa: E501
+            else min(cfg.max_new_tokens, 8 + round(cfg.max_tokens_per_s * seconds)),
         )
 
     def _decode_with_fallback(
