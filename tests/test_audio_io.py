@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import wave
 from fractions import Fraction
+from itertools import pairwise
 from pathlib import Path
 
 import av
@@ -346,7 +347,7 @@ def test_byte_count_property(n_bytes: int, encoding: str, channels: int) -> None
 
 def _streamed(resampler: StreamResampler, x: np.ndarray, cuts: list[int]) -> np.ndarray:
     bounds = [0, *sorted(c for c in cuts if 0 < c < len(x)), len(x)]
-    parts = [resampler.process(x[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
+    parts = [resampler.process(x[a:b]) for a, b in pairwise(bounds)]
     parts.append(resampler.flush())
     return np.concatenate(parts)
 

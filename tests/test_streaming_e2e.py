@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ def check_invariants(events: list[object]) -> list[Final]:
     for final in finals:  # append-only: each final starts where the previous one ended, or later
         words = list(final.words)
         assert final.start >= last_end - 1e-6, (final, last_end)
-        for a, b in zip(words, words[1:], strict=False):
+        for a, b in pairwise(words):
             assert a.start <= a.end <= b.start + 1e-6, (a, b)
         if words:
             last_end = words[-1].end

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import cast
 
 import numpy as np
@@ -155,7 +156,7 @@ def find_alignment(
     jump_times = time_indices[jumps] / TOKENS_PER_SECOND
     starts = jump_times[boundaries[:-1]]
     ends = jump_times[boundaries[1:]]
-    word_probs = [float(np.mean(text_token_probs[i:j])) for i, j in zip(boundaries[:-1], boundaries[1:], strict=False)]
+    word_probs = [float(np.mean(text_token_probs[i:j])) for i, j in pairwise(boundaries)]
     return [
         WordTiming(word, toks, float(start), float(end), prob)
         for word, toks, start, end, prob in zip(words, word_tokens, starts, ends, word_probs, strict=False)
