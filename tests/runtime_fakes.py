@@ -24,10 +24,13 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from streamwhisper.audio.convert import float32_to_pcm_s16le
+from streamwhisper.audio.vad import SpeechDetector, WebRtcVad
 from streamwhisper.config import Config
+from streamwhisper.model.interrupt import checkpoint
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.runtime.pump import Done, SchedulerFull
 from streamwhisper.runtime.server import Daemon
+from streamwhisper.streaming.config import StreamingConfig
 
 SR = 16_000
 WORD_S = 0.5  # the fake speaker says one word every half second of the stream
@@ -45,15 +48,19 @@ class TimedRecognizer:
     gets the right words. ``batches`` records the keys of each call. ``hold()`` makes the next
     calls block until ``release()`` (``entered`` is set when a call is held), so a test can
     fill the worker's queue, or keep it saturated, deterministically. Requests whose key is in
-    ``fail_on`` make their whole batch raise.
+    ``fail_on`` make their whole batch raise. With ``checkpoints``, a call passes one of the
+    model's interrupt checkpoints after it is released, as the real model does between encoder
+    blocks; ``gate(n)`` holds the n-th call (from 0) alone.
     """
 
-    def __init__(self, fail_on: Sequence[object] = ()) -> None:
+    def __init__(self, fail_on: Sequence[object] = (), checkpoints: bool = False) -> None:
         self.batches: list[list[object]] = []
         self.fail_on = set(fail_on)
+        self.checkpoints = checkpoints
         self.entered = threading.Event()
         self._gate = threading.Event()
         self._gate.set()
+        self._gates: dict[int, Gate] = {}
 
     def hold(self) -> None:
         self.entered.clear()
@@ -62,17 +69,35 @@ class TimedRecognizer:
     def release(self) -> None:
         self._gate.set()
 
+    def gate(self, call: int) -> Gate:
+        """Hold the ``call``-th call until the gate's ``release`` is set."""
+        return self._gates.setdefault(call, Gate())
+
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+        gate = self._gates.get(len(self.batches))
         self.batches.append([r.key for r in requests])
         if not self._gate.is_set():
             self.entered.set()
             self._gate.wait()
+        if gate is not None:
+            gate.entered.set()
+            gate.release.wait()
+        if self.checkpoints:
+            checkpoint()
         if any(r.key in self.fail_on for r in requests):
             raise RuntimeError("scripted recognition failure")
         return [hear(r) for r in requests]
 
     def encode_text(self, text: str) -> list[int]:
         return fake_encode(text)
+
+
+@dataclass
+class Gate:
+    """One held call of :class:`TimedRecognizer`: ``entered`` once it waits, then ``release``."""
+
+    entered: threading.Event = dataclasses.field(default_factory=threading.Event)
+    release: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
 def hear(request: RecognitionRequest) -> Hypothesis:
@@ -97,13 +122,17 @@ class ManualJob:
     request: RecognitionRequest
     done: Done
     cancelled: bool = False
+    hastened: bool = False
 
     def cancel(self) -> None:
         self.cancelled = True
 
-    def withdraw(self) -> bool:  # an unanswered job has not begun
+    def withdraw(self) -> bool:  # an unanswered job is dropped (the worker drops a running one too)
         self.cancelled = True
         return True
+
+    def hasten(self) -> None:
+        self.hastened = True
 
 
 class ManualScheduler:
@@ -210,6 +239,20 @@ async def read_to_close(ws: ClientConnection) -> list[dict[str, Any]]:
 
 def is_partial(m: dict[str, Any]) -> bool:
     return m["type"] == "partial" and bool(m["text"])
+
+
+def spoken_in_speech(audio: np.ndarray, config: StreamingConfig | None = None) -> list[int]:
+    """The numbers of the fake speaker's words that overlap the speech the VAD hears in ``audio``
+    (to its last voiced frame and half a pause hold after). The fake speaks on through the
+    pauses too, where no model would hear a word: a turn that closes on its pause's hypothesis
+    rightly leaves those out."""
+    cfg = config or StreamingConfig()
+    detector = SpeechDetector(WebRtcVad(cfg.vad.aggressiveness, cfg.vad.frame_ms), cfg.vad)
+    boundaries = [*detector.feed(audio), *detector.flush()]
+    tail = cfg.pause_hold_ms / 2000
+    spans = [(a.sample / SR, b.sample / SR + tail) for a, b in zip(boundaries[::2], boundaries[1::2], strict=True)]
+    last = int(len(audio) / SR / WORD_S) + 1
+    return [i for i in range(last) if any(s < spoken(i)[2] and spoken(i)[1] < e for s, e in spans)]
 
 
 def final_numbers(messages: list[dict[str, Any]]) -> list[int]:

@@ -46,6 +46,9 @@ class _Job:
     def withdraw(self) -> bool:
         return False  # the recorded schedule ran it
 
+    def hasten(self) -> None:
+        pass  # the recorded schedule says when it ran
+
 
 class ScheduleScheduler:
     """Takes the Pump's requests; the replay hands back their outcomes."""

@@ -250,17 +250,58 @@ def test_a_mark_waits_for_an_utterance_that_ends_without_text_and_for_a_queued_o
 
 def test_a_finalize_while_an_utterance_waits_behind_an_ended_one_ends_it_as_it_begins() -> None:
     h = Harness(spans=[(0.0, 2.0), (2.7, 10.0)])
-    h.feed(3.5)  # the VAD ended the first utterance, whose request of 1.5 s is out; the second speaks
+    h.feed(3.5)  # the VAD ended the first utterance, whose pause's request is out; the second speaks
     assert h.pump.streamer.speaking and h.pump.streamer.utterances == (1, 0)
     h.pump.finalize()  # the streamer cannot end the second yet: it has not begun
     h.pump.mark(lambda: h.events.append(MARK))
     while MARK not in h.events:
         h.answer(len(h.scheduler.jobs) - 1)
-    first, second = [job.request for job in h.scheduler.jobs if job.request.endpoint]
-    assert first.end == pytest.approx(2.5, abs=0.05) and second.end == pytest.approx(3.5, abs=0.01)
+    # the window to 1.5 s gave way to the pause's (2.0 s + 150 ms), whose hypothesis closes the first
+    superseded, pause, endpoint = [job for job in h.scheduler.jobs]
+    assert superseded.cancelled and superseded.request.end == pytest.approx(1.5, abs=0.02)
+    assert not pause.request.endpoint and pause.request.end == pytest.approx(2.2, abs=0.05)
+    assert endpoint.request.endpoint and endpoint.request.end == pytest.approx(3.5, abs=0.01)
     closing = h.events[h.events.index(MARK) - 1]
     assert isinstance(closing, Final) and closing.endpoint and closing.end <= 3.5
     assert h.pump.streamer.utterances == (2, 2), "the mark waited for both"
+
+
+def test_a_pause_withdraws_the_partial_it_supersedes_and_its_own_request_goes_instead() -> None:
+    """The pause's hypothesis may be the turn's final (a client's finalize or the VAD's endpoint
+    next): a partial of a window that ends before the pause would only delay it."""
+    h = Harness(spans=[(0.0, 2.0), (2.7, 10.0)])
+    h.feed(2.1)
+    assert len(h.scheduler.jobs) == 1 and h.scheduler.jobs[0].request.end == pytest.approx(1.5, abs=0.02)
+    assert not h.scheduler.jobs[0].cancelled, "100 ms of quiet is no pause yet"
+    h.feed(0.1)  # 150 ms of quiet after the last voiced frame
+    assert h.scheduler.jobs[0].cancelled
+    pause = h.scheduler.jobs[1].request
+    assert pause.urgent and not pause.endpoint and pause.end == pytest.approx(2.2, abs=0.05)
+    h.answer(1)
+    h.feed(0.5)  # the VAD's endpoint (500 ms): the pause's hypothesis heard the utterance to its end
+    assert len(h.scheduler.jobs) == 2, "no endpoint request"
+    assert [(e.text, e.endpoint) for e in h.of_type(Final)] == [("w0 w1 w2 w3", True)]
+
+
+def test_a_finalize_hastens_the_pauses_request_its_final_waits_for() -> None:
+    h = Harness(spans=[(0.0, 2.0), (2.7, 10.0)])
+    h.feed(2.2)  # the pause's request is out (the window to 1.5 s gave way to it)
+    pause = h.scheduler.jobs[-1]
+    assert pause.request.urgent and not pause.request.endpoint and not pause.hastened
+    h.pump.finalize()
+    assert pause.hastened and not pause.cancelled and len(h.scheduler.jobs) == 2
+    h.answer(1)
+    assert [e.endpoint for e in h.of_type(Final)] == [True], "its hypothesis is the turn's final"
+
+
+def test_a_partial_whose_window_reaches_the_pause_is_not_withdrawn() -> None:
+    h = Harness(spans=[(0.0, 1.8), (2.7, 10.0)])
+    h.feed(1.5)
+    h.answer(0)  # the window to 1.5 s
+    h.feed(0.5)  # the next, to 2.0 s (150 ms past the speech), is out when the pause comes
+    assert h.scheduler.jobs[1].request.end == pytest.approx(2.0, abs=0.02)
+    h.feed(0.2)
+    assert not h.scheduler.jobs[1].cancelled and len(h.scheduler.jobs) == 2, "and no pause request"
 
 
 def test_a_finalize_withdraws_the_waiting_request_it_supersedes_and_the_endpoint_request_goes_instead() -> None:

@@ -18,6 +18,7 @@ from streamwhisper.audio.files import load_audio
 from streamwhisper.audio.mel import log_mel
 from streamwhisper.model.config import RecognizerConfig
 from streamwhisper.model.fallback import FallbackRule
+from streamwhisper.model.interrupt import Interrupted, interruptible
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.model.serving import WhisperRecognizer
@@ -212,3 +213,38 @@ def test_a_fallback_sample_depends_on_its_window_alone(
     again = [served.recognize([w])[0] for w in windows[::-1]][::-1]
     assert [h.tokens for h in in_turn] == [h.tokens for h in fresh]
     assert [h.tokens for h in again] == [h.tokens for h in fresh]
+
+
+@pytest.mark.parametrize("stop_at", [1, 4, 12])
+def test_an_interrupted_recognition_stops_at_a_checkpoint_and_changes_nothing(
+    default_model: Whisper, streamed: list[RecognitionRequest], stop_at: int
+) -> None:
+    """The worker stops a batch for an urgent request at the model's checkpoints (encoder
+    blocks, decoder steps, beam and batched greedy): the pass raises, and the same requests
+    recognised again give what they give when nobody interrupts them."""
+    windows = _windows_2_to_10_s(streamed)[:3]
+    for config, batch in ((RecognizerConfig(), windows[:1]), (RecognizerConfig(beam_size=0), windows)):
+        recognizer = WhisperRecognizer(default_model, config)
+        stopping = _Checkpoints(stop_at)
+        with interruptible(stopping), pytest.raises(Interrupted):
+            recognizer.recognize(batch)
+        assert stopping.passed == stop_at
+        counting = _Checkpoints(None)
+        with interruptible(counting):
+            again = recognizer.recognize(batch)
+        assert counting.passed >= stop_at  # encoder blocks and decoder steps
+        uninterrupted = WhisperRecognizer(default_model, config).recognize(batch)
+        assert [h.tokens for h in again] == [h.tokens for h in uninterrupted]
+        assert [h.words for h in again] == [h.words for h in uninterrupted]
+
+
+class _Checkpoints:
+    """Counts the checkpoints passed; says stop at the ``stop_at``-th (never with None)."""
+
+    def __init__(self, stop_at: int | None) -> None:
+        self.stop_at = stop_at
+        self.passed = 0
+
+    def __call__(self) -> bool:
+        self.passed += 1
+        return self.passed == self.stop_at

@@ -12,6 +12,7 @@ import pytest
 from runtime_fakes import TimedRecognizer, request
 
 from streamwhisper.model.recognizer import Hypothesis
+from streamwhisper.runtime.metrics import Metrics
 from streamwhisper.runtime.pump import Outcome, SchedulerFull
 from streamwhisper.runtime.worker import InferenceWorker
 
@@ -97,23 +98,92 @@ def test_an_urgent_request_runs_without_the_partials_waiting_beside_it() -> None
     run(recognizer, main)
 
 
-def test_a_request_is_withdrawn_while_it_waits_but_not_once_its_batch_began() -> None:
-    recognizer = TimedRecognizer()
+def test_a_request_is_withdrawn_while_it_waits_and_while_it_runs() -> None:
+    """Withdrawn while it waits, it never runs; withdrawn while it runs, its batch stops at the
+    model's next checkpoint and its result is never delivered."""
+    recognizer = TimedRecognizer(checkpoints=True)
 
     async def main() -> None:
         worker = InferenceWorker(recognizer, max_batch=4)
         client = Client(worker)
-        recognizer.hold()
-        worker.start()
-        running = client.submit("busy")
-        await asyncio.to_thread(recognizer.entered.wait)
+        await busy(worker, recognizer, client)
         waiting = client.submit("a")
         assert waiting.withdraw() and worker.pending == 0
-        assert not running.withdraw()  # its recognition began: it runs on and reports
+        assert client.worker._running and client.worker._running[0].request.key == "busy"
+        running = next(iter(client.worker._running))
+        assert running.withdraw()
         recognizer.release()
-        assert isinstance(await client.outcome("busy"), Hypothesis)
+        client.submit("b")
+        assert isinstance(await client.outcome("b"), Hypothesis)
         await worker.stop()
-        assert recognizer.batches == [["busy"]]
+        assert not client.outcomes["busy"].done() and not client.outcomes["a"].done()
+        assert recognizer.batches == [["busy"], ["b"]]
+        assert worker.stats.interrupted == 1 and worker.stats.requests == 1
+
+    run(recognizer, main)
+
+
+def test_a_batch_under_way_gives_way_to_an_urgent_request_once() -> None:
+    """Partials being computed stop for a turn's final and run again after it, in their places;
+    interrupted once, they run to their end the next time, whatever comes."""
+    recognizer = TimedRecognizer(checkpoints=True)
+    first, rerun = recognizer.gate(0), recognizer.gate(2)
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=4)
+        client = Client(worker)
+        client.submit("a")
+        client.submit("b")
+        worker.start()
+        await asyncio.to_thread(first.entered.wait)  # the worker is in the batch of "a" and "b"
+        client.submit("e1", endpoint=True)
+        client.submit("c")
+        first.release.set()
+        assert isinstance(await client.outcome("e1"), Hypothesis)
+        await asyncio.to_thread(rerun.entered.wait)  # "a" and "b" again, with "c" behind them
+        client.submit("e2", endpoint=True)
+        rerun.release.set()
+        for key in ("a", "b", "c", "e2"):
+            assert isinstance(await client.outcome(key), Hypothesis)
+        await worker.stop()
+        assert recognizer.batches == [["a", "b"], ["e1"], ["a", "b", "c"], ["e2"]]
+        assert worker.stats.interrupted == 1
+        metrics = Metrics()
+        for _ in range(2):  # the daemon passes the running total at each scrape
+            metrics.count_interrupted(worker.stats.interrupted)
+        assert b"streamwhisper_batches_interrupted_total 1.0" in metrics.render()
+
+    run(recognizer, main)
+
+
+@pytest.mark.parametrize(
+    ("under_way", "arriving", "batches"),
+    [
+        ("a", "hastened", [["a"], ["p"], ["a"]]),  # the turn ended, its final waits for "p"
+        ("a", "pause", [["a"], ["p"]]),  # pauses are many, most no turn's end: it only goes first
+        ("e1", "endpoint", [["e1"], ["e2"]]),  # an urgent batch runs to its end
+    ],
+)
+def test_what_stops_a_batch_under_way(under_way: str, arriving: str, batches: list[list[str]]) -> None:
+    recognizer = TimedRecognizer(checkpoints=True)
+    first = recognizer.gate(0)
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=4)
+        client = Client(worker)
+        client.submit(under_way, endpoint=under_way.startswith("e"))
+        worker.start()
+        await asyncio.to_thread(first.entered.wait)
+        key = "e2" if arriving == "endpoint" else "p"
+        job = client.submit(key, endpoint=arriving == "endpoint", urgent=True)
+        if arriving == "hastened":
+            job.hasten()
+        first.release.set()
+        for done in (under_way, key):
+            assert isinstance(await client.outcome(done), Hypothesis)
+        await worker.stop()
+        assert recognizer.batches == batches
+        assert worker.stats.interrupted == (len(batches) == 3)
 
     run(recognizer, main)
 

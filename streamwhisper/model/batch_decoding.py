@@ -32,6 +32,7 @@ from .decoding import (
     detect_language,
     initial_tokens,
 )
+from .interrupt import checkpoint
 from .kv_cache import KVCache
 from .logit_filters import suppress_token_ids
 from .tokenizer import Task, Tokenizer, get_tokenizer
@@ -170,6 +171,7 @@ def decode_greedy_batch(
     out_logprobs: list[list[float]] = [[] for _ in range(n_rows)]
     last = torch.empty(0, dtype=torch.long)
     for step in range(max(sample_lens)):
+        checkpoint()
         if step > 0:
             finished = int((~alive).sum())
             if finished and finished >= drop_fraction * len(alive):  # drop finished rows from the batch

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..whisper_input import TIME_PRECISION
+from .interrupt import checkpoint
 from .kv_cache import KVCache
 from .logit_filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens, suppress_token_ids
 from .token_decoders import BeamSearchDecoder, GreedyDecoder, TokenDecoder, rank_by_likelihood
@@ -218,6 +219,7 @@ def _decode_group(
     no_speech_probs = [float("nan")] * n_audio
     decoder.reset()
     for i in range(sample_len):
+        checkpoint()
         if i == 0:
             # the prompt once per window; its beams (or samples) branch from the cache after it
             select = torch.tensor([sot_index, sample_begin - 1])

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import CrossAttention, SelfAttention
+from .interrupt import checkpoint
 from .kv_cache import KVCache
 
 
@@ -168,6 +169,7 @@ class AudioEncoder(nn.Module):
             raise ValueError(f"audio context {x.shape[1]} exceeds the model's {pos.shape[0]}")
         x = x + pos[: x.shape[1]].to(x.dtype)
         for block in self.blocks:
+            checkpoint()
             x = block(x)
         return self.ln_post(x)
 

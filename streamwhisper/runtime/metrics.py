@@ -41,6 +41,12 @@ class Metrics:
         self.batch_size = Histogram(
             "streamwhisper_batch_size", "Requests per inference batch", buckets=(1, 2, 4, 8, 12, 16, 32), registry=r
         )
+        self.interrupted = Counter(
+            "streamwhisper_batches_interrupted",
+            "Batches stopped part way for a turn's final (run again after it) or for nobody",
+            registry=r,
+        )
+        self._interrupted_seen = 0
         self.queue_depth = Gauge("streamwhisper_queue_depth", "Requests waiting for the worker", registry=r)
         self.outbox_depth = Gauge("streamwhisper_outbox_messages", "Messages waiting for clients to read", registry=r)
         self.lag = Gauge("streamwhisper_mean_lag_seconds", "Mean transcript lag over open sessions", registry=r)
@@ -65,6 +71,12 @@ class Metrics:
         self._inference_total += seconds
         for wait in waits:
             self.queue_wait.observe(wait)
+
+    def count_interrupted(self, total: int) -> None:
+        """The worker's count of interrupted batches so far (``WorkerStats.interrupted``)."""
+        if total > self._interrupted_seen:
+            self.interrupted.inc(total - self._interrupted_seen)
+            self._interrupted_seen = total
 
     def render(self) -> bytes:
         if self._audio_total > 0:

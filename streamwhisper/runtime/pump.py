@@ -11,9 +11,11 @@ is due and submits it. A result goes back to the Streamer (:meth:`Streamer.compl
 dropped or refused request is abandoned (its audio is covered by the next one, an endpoint
 request closes its utterance from what was heard before). A failed one is too, and is reported
 as an ``Error`` event, unless the pump was given ``on_failure``: then recognition stops there
-(:meth:`Pump.give_up`) and the caller ends the stream. A request that an endpoint made useless
-(its window ends before the speech the endpoint request will finalise) is withdrawn if its
-recognition has not begun, so the endpoint request need not wait for it. The pump itself has no clock and no
+(:meth:`Pump.give_up`) and the caller ends the stream. A request that an endpoint or a pause
+made useless (its window ends before the speech the endpoint's or the pause's request will
+cover) is withdrawn, waiting or under way, so that request need not wait for it; a request
+whose result now closes an ended turn (a pause's, when the endpoint or a finalize came after
+it) is hastened. The pump itself has no clock and no
 event loop: the scheduler decides where and when a request runs and calls ``done`` with its
 outcome (on the event loop, for the worker).
 
@@ -56,8 +58,12 @@ class Job(Protocol):
         ...
 
     def withdraw(self) -> bool:
-        """Drop the request if its recognition has not begun: True if dropped (``done`` is then
-        never called), False if it runs on (``done`` is called as usual)."""
+        """Drop the request, waiting or under way: True if dropped (``done`` is then never
+        called), False if its outcome is already on its way (``done`` is called as usual)."""
+        ...
+
+    def hasten(self) -> None:
+        """A turn's final now waits for this request: run it before work nobody waits for."""
         ...
 
 
@@ -178,12 +184,14 @@ class Pump:
 
     def _advance(self) -> None:
         """Submit the request that is due, if none is at the scheduler; first drop the one there
-        if the utterance's endpoint superseded it (:attr:`Streamer.superseded`)."""
+        if the utterance's endpoint or pause superseded it (:attr:`Streamer.superseded`)."""
         if not self._closed and self._inflight is not None and self.streamer.superseded:
             assert self._job is not None
             if self._job.withdraw():
                 self._inflight = self._job = None
                 self._emit(self.streamer.abandon())
+        if not self._closed and self._job is not None and self.streamer.awaited:
+            self._job.hasten()
         while not self._closed and self._inflight is None:
             if self._given_up and not self._flushed:
                 return  # the flush ends the stream

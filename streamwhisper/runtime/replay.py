@@ -50,9 +50,15 @@ class _InlineJob:
     def cancel(self) -> None:
         self.cancelled = True
 
-    def withdraw(self) -> bool:
-        self.cancelled = self.cancelled or not self.started
-        return not self.started
+    def withdraw(self) -> bool:  # waiting, or under way (see run_next)
+        self.cancelled = True
+        return True
+
+    def withdrawn(self) -> bool:
+        return self.cancelled
+
+    def hasten(self) -> None:  # requests run one at a time, in order
+        pass
 
 
 class InlineScheduler:
@@ -73,11 +79,13 @@ class InlineScheduler:
         """Whether a submitted request waits to be run."""
         return any(not job.cancelled for job in self._queue)
 
-    def run_next(self, before_done: Callable[[float], None] | None = None) -> bool:
+    def run_next(self, before_done: Callable[[float, Callable[[], bool]], None] | None = None) -> bool:
         """Run the oldest waiting request; False when none waits.
 
-        ``before_done`` gets the seconds the recognition took (on ``timer``) before the result
-        is delivered: the driver advances its clock there.
+        ``before_done`` gets the seconds the recognition took (on ``timer``) and a test of whether
+        the request was withdrawn, before the result is delivered: the driver advances its clock
+        there, feeding the audio that arrived meanwhile; a request withdrawn then gave way as the
+        worker's does (its result is dropped, and the driver stops its clock there).
         """
         while self._queue:
             job = self._queue.popleft()
@@ -87,8 +95,9 @@ class InlineScheduler:
             began = self._timer()
             hypothesis = self._recognizer.recognize([job.request])[0]
             if before_done is not None:
-                before_done(self._timer() - began)
-            job.done(hypothesis)
+                before_done(self._timer() - began, job.withdrawn)
+            if not job.cancelled:
+                job.done(hypothesis)
             return True
         return False
 
@@ -167,15 +176,19 @@ def replay(
             if finalize:
                 run.finalize(at)
 
-    def spend(seconds: float) -> None:
+    def spend(seconds: float, withdrawn: Callable[[], bool]) -> None:
         nonlocal clock
-        run.out.compute_s += seconds
-        if aware:
-            clock += seconds
-            arrive(clock)  # audio heard while the request ran
+        if aware:  # audio heard while the request ran; a withdrawal stops it there
+            end = clock + seconds
+            while fed < len(arrivals) and arrivals[fed][0] <= end + 1e-9 and not withdrawn():
+                arrive(arrivals[fed][0])
+                if withdrawn():
+                    end = max(clock, arrivals[fed - 1][0])
+            seconds, clock = end - clock, end
             run.now = clock
         else:
             run.now = arrivals[fed - 1][0] if fed else 0.0
+        run.out.compute_s += seconds
 
     while True:
         if aware:

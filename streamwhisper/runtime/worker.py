@@ -14,7 +14,21 @@ take (a poisoned window) fails alone: every other request of its batch gets its 
 
 Bulk requests (the windows of uploaded files, ``RecognitionRequest.bulk``) come after every live
 request and run alone, one per batch: a live request waits at most for the one bulk window under
-way, and a burst of uploads cannot push live streams back in the queue.
+way (an urgent one not even for that, see below), and a burst of uploads cannot push live
+streams back in the queue.
+
+A batch under way gives way (:mod:`streamwhisper.model.interrupt`: between encoder blocks and
+decoder steps) when a turn's final waits for a request in the queue (an endpoint request, or
+one :meth:`_Job.hasten` marked: a pause's request once its turn ended) and the batch holds no
+urgent request, or when every request of it was withdrawn or cancelled: its requests go back
+to the queue, in their places, and the urgent batch runs first. It does so only in the first
+half of its typical time (batches of its size so far): past that, waiting for it costs the turn
+less than the work thrown away costs everyone. A pause's request alone does not interrupt other
+streams' partials (pauses are many, most not a turn's end, and every interruption throws work
+away). A request interrupted once is not interrupted again, so
+partials are delayed by turn ends, never starved by them. A running request can be withdrawn:
+its result is never delivered, and once nobody waits for any result of its batch, the batch
+stops.
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from streamwhisper.model.interrupt import Interrupted, interruptible
 from streamwhisper.model.memory import release_free_memory
 from streamwhisper.model.recognizer import RecognitionRequest, Recognizer
 
@@ -47,6 +62,8 @@ class _Job:
     loop: asyncio.AbstractEventLoop = field(compare=False)
     submitted: float = field(compare=False, default=0.0)
     cancelled: bool = field(compare=False, default=False)
+    interrupted: bool = field(compare=False, default=False)  # gave way once: runs to its end next time
+    awaited: bool = field(compare=False, default=False)  # a turn's final waits for it
     owner: InferenceWorker | None = field(compare=False, default=None)
 
     def cancel(self) -> None:
@@ -55,6 +72,10 @@ class _Job:
     def withdraw(self) -> bool:
         return self.owner is not None and self.owner._withdraw(self)
 
+    def hasten(self) -> None:
+        if self.owner is not None:
+            self.owner._hasten(self)
+
 
 @dataclass
 class WorkerStats:
@@ -62,6 +83,7 @@ class WorkerStats:
     batches: int = 0
     busy_seconds: float = 0.0
     failures: int = 0
+    interrupted: int = 0  # batches that gave way to an urgent request (or that nobody waited for)
     last_batch: int = 0
     recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=256))  # (start, end)
     clock: Callable[[], float] = time.monotonic
@@ -100,6 +122,9 @@ class InferenceWorker:
         self._on_batch = on_batch
         self._cond = threading.Condition()
         self._queue: list[_Job] = []
+        self._awaited = 0  # queued jobs a turn's final waits for (read by the worker thread at checkpoints)
+        self._running: list[_Job] = []  # the batch under way
+        self._typical: dict[int, float] = {}  # seconds a batch of each size takes (moving average)
         self._counter = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -126,19 +151,31 @@ class InferenceWorker:
                 raise SchedulerFull(f"{len(self._queue)} requests waiting")
             self._counter += 1
             kind = 2 if request.bulk else 0 if request.urgent else 1
-            job = _Job((kind, self._counter), request, done, loop, self._clock(), owner=self)
+            job = _Job((kind, self._counter), request, done, loop, self._clock(), awaited=request.endpoint, owner=self)
             self._queue.append(job)
+            self._awaited += job.awaited
             self._cond.notify()
         return job
 
     def _withdraw(self, job: _Job) -> bool:
-        """Take ``job`` out of the queue if the worker has not taken it into a batch yet."""
+        """Take ``job`` out of the queue, or out of the batch under way (its result is dropped, and
+        the batch stops early if no request of it is left)."""
         with self._cond:
-            if job not in self._queue:
+            if job in self._queue:
+                self._queue.remove(job)
+                self._awaited -= job.awaited
+            elif job not in self._running:
                 return False
-            self._queue.remove(job)
             job.cancelled = True
             return True
+
+    def _hasten(self, job: _Job) -> None:
+        """A turn's final now waits for ``job`` (a pause's request whose turn ended): while it is
+        queued, the batch under way gives way to it."""
+        with self._cond:
+            if not job.awaited and job in self._queue:
+                job.awaited = True
+                self._awaited += 1
 
     async def stop(self, within_s: float | None = None) -> None:
         """Drop what is still queued (``done(None)``) and wait for the batch under way to end (at
@@ -148,7 +185,7 @@ class InferenceWorker:
         with self._cond:
             self._stopping = True
             self._on_end = functools.partial(loop.call_soon_threadsafe, ended.set)
-            left, self._queue = self._queue, []
+            left, self._queue, self._awaited = self._queue, [], 0
             self._cond.notify()
         for job in left:
             if not job.cancelled:
@@ -173,6 +210,8 @@ class InferenceWorker:
             # urgent requests run in a batch of their own: an endpoint waits for no partial
             size = min(urgent or live, self._max_batch) if live else 1  # bulk windows run alone
             batch, self._queue = self._queue[:size], self._queue[size:]
+            self._awaited -= sum(job.awaited for job in batch)
+            self._running = batch
             return batch
 
     def _run(self) -> None:
@@ -192,8 +231,21 @@ class InferenceWorker:
             if not live:
                 continue
             began = self._clock()
-            results = self._recognize([j.request for j in live])
+            try:
+                with interruptible(functools.partial(self._gives_way, live, began)):
+                    results = self._recognize([j.request for j in live])
+            except Interrupted:
+                self._requeue(live)
+                self.stats.interrupted += 1
+                self.stats.busy_seconds += self._clock() - began
+                self.stats.recent.append((began, self._clock()))
+                continue
+            finally:
+                with self._cond:
+                    self._running = []
             took = self._clock() - began
+            typical = self._typical.get(len(live), took)
+            self._typical[len(live)] = typical + 0.2 * (took - typical)
             self.stats.requests += len(live)
             self.stats.batches += 1
             self.stats.busy_seconds += took
@@ -205,11 +257,36 @@ class InferenceWorker:
                 with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                     job.loop.call_soon_threadsafe(_deliver, job, outcome)
 
+    def _gives_way(self, batch: list[_Job], began: float) -> bool:
+        """Whether the batch under way should stop now (called at the model's checkpoints)."""
+        if all(job.cancelled for job in batch):
+            return True
+        if not self._awaited or any(job.rank[0] == 0 or job.interrupted for job in batch):
+            return False
+        typical = self._typical.get(len(batch))
+        return typical is None or self._clock() - began < typical / 2
+
+    def _requeue(self, batch: list[_Job]) -> None:
+        """Put an interrupted batch's requests back in their places (or drop them, stopping)."""
+        with self._cond:
+            for job in batch:
+                if job.cancelled:
+                    continue
+                if self._stopping:
+                    with contextlib.suppress(RuntimeError):
+                        job.loop.call_soon_threadsafe(_deliver, job, None)
+                    continue
+                job.interrupted = True
+                self._queue.append(job)
+                self._cond.notify()
+
     def _recognize(self, requests: list[RecognitionRequest]) -> list[Outcome]:
         """The batch's outcomes; a failed batch of several is retried request by request, so
         that only the request that fails alone fails (never the worker)."""
         try:
             return list(self._recognizer.recognize(requests))
+        except Interrupted:
+            raise  # not a failure: the batch runs again
         except Exception as exc:
             if len(requests) > 1:
                 logger.warning("a batch of %d failed (%r): running its requests one by one", len(requests), exc)

@@ -114,12 +114,24 @@ class Streamer:
 
     @property
     def superseded(self) -> bool:
-        """Whether the outstanding request only delays the endpoint request due after it: a
-        window that ends before the speech it would finalise. The driver may drop it (:meth:`abandon`)."""
-        f, end = self._inflight, self._speech_end
-        if f is None or f.endpoint or self._endpoint_at is None:
+        """Whether the outstanding request only delays the endpoint request due after it, or the
+        request of a pause (which may become the endpoint's): a window that ends before the
+        speech that request would cover. The driver may drop it (:meth:`abandon`)."""
+        f, end, hold = self._inflight, self._speech_end, self._pause_samples
+        if f is None or f.endpoint:
             return False
-        return end is None or f.end < end + self._pause_samples // 2
+        if self._endpoint_at is not None:
+            return end is None or f.end < end + hold // 2
+        detector = self._detector
+        quiet, began = detector.quiet_samples, detector.last_voiced_end
+        in_pause = bool(hold) and quiet >= hold and f.pause < 0 and self._paused_at != began
+        return in_pause and f.end < began + hold // 2
+
+    @property
+    def awaited(self) -> bool:
+        """Whether an ended utterance's final waits for the outstanding request: the endpoint
+        request, or one made before the end (a pause's) whose hypothesis will close it."""
+        return self._inflight is not None and (self._inflight.endpoint or self._endpoint_at is not None)
 
     @property
     def utterances(self) -> tuple[int, int]:
