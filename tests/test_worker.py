@@ -188,6 +188,25 @@ def test_what_stops_a_batch_under_way(under_way: str, arriving: str, batches: li
     run(recognizer, main)
 
 
+def test_a_hastened_partial_is_urgent() -> None:
+    """A partial whose hypothesis will close an ended turn goes before the partials beside it."""
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=4)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        client.submit("a")
+        client.submit("b").hasten()
+        recognizer.release()
+        for key in "ab":
+            assert isinstance(await client.outcome(key), Hypothesis)
+        await worker.stop()
+        assert recognizer.batches == [["busy"], ["b"], ["a"]]
+
+    run(recognizer, main)
+
+
 def test_bulk_requests_wait_for_every_live_one_and_run_alone() -> None:
     """Uploaded files' windows come after live requests, even older ones, one per batch."""
     recognizer = TimedRecognizer()

@@ -171,10 +171,10 @@ class InferenceWorker:
 
     def _hasten(self, job: _Job) -> None:
         """A turn's final now waits for ``job`` (a pause's request whose turn ended): while it is
-        queued, the batch under way gives way to it."""
+        queued, it is urgent and the batch under way gives way to it."""
         with self._cond:
             if not job.awaited and job in self._queue:
-                job.awaited = True
+                job.awaited, job.rank = True, (0, job.rank[1])
                 self._awaited += 1
 
     async def stop(self, within_s: float | None = None) -> None:
@@ -278,6 +278,7 @@ class InferenceWorker:
                     continue
                 job.interrupted = True
                 self._queue.append(job)
+                self._awaited += job.awaited
                 self._cond.notify()
 
     def _recognize(self, requests: list[RecognitionRequest]) -> list[Outcome]:
