@@ -14,21 +14,20 @@ take (a poisoned window) fails alone: every other request of its batch gets its 
 
 Bulk requests (the windows of uploaded files, ``RecognitionRequest.bulk``) come after every live
 request and run alone, one per batch: a live request waits at most for the one bulk window under
-way (an urgent one not even for that, see below), and a burst of uploads cannot push live
+way (a turn's final not even for that, see below), and a burst of uploads cannot push live
 streams back in the queue.
 
-A batch under way gives way (:mod:`streamwhisper.model.interrupt`: between encoder blocks and
-decoder steps) when a turn's final waits for a request in the queue (an endpoint request, or
-one :meth:`_Job.hasten` marked: a pause's request once its turn ended) and the batch holds no
-urgent request, or when every request of it was withdrawn or cancelled: its requests go back
-to the queue, in their places, and the urgent batch runs first. It does so only in the first
-half of its typical time (batches of its size so far): past that, waiting for it costs the turn
-less than the work thrown away costs everyone. A pause's request alone does not interrupt other
-streams' partials (pauses are many, most not a turn's end, and every interruption throws work
-away). A request interrupted once is not interrupted again, so
-partials are delayed by turn ends, never starved by them. A running request can be withdrawn:
-its result is never delivered, and once nobody waits for any result of its batch, the batch
-stops.
+A batch under way stops (:mod:`streamwhisper.model.interrupt`: between encoder blocks and
+decoder steps) when nobody waits for any of its results any more (its requests were withdrawn
+or cancelled), and gives way when a turn's final waits for a request in the queue (an endpoint
+request, or one :meth:`_Job.hasten` made urgent: a pause's request once its turn ended) and the
+batch holds no urgent request, in the first half of its typical time (batches of its size so
+far): past that, waiting for it costs the turn less than the work thrown away costs everyone.
+Its requests go back to the queue in their places and the urgent batch runs first. A pause's
+request alone stops nothing (pauses are many, most not a turn's end, and every interruption
+throws work away). A request interrupted once is not interrupted again, so partials are delayed
+by turn ends, never starved by them. A running request can be withdrawn: its result is never
+delivered.
 """
 
 from __future__ import annotations
