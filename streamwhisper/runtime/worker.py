@@ -82,7 +82,7 @@ class WorkerStats:
     batches: int = 0
     busy_seconds: float = 0.0
     failures: int = 0
-    interrupted: int = 0  # batches that gave way to an urgent request (or that nobody waited for)
+    interrupted: int = 0  # batches that gave way to a turn's final (or that nobody waited for)
     last_batch: int = 0
     recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=256))  # (start, end)
     clock: Callable[[], float] = time.monotonic
@@ -121,7 +121,6 @@ class InferenceWorker:
         self._on_batch = on_batch
         self._cond = threading.Condition()
         self._queue: list[_Job] = []
-        self._awaited = 0  # queued jobs a turn's final waits for (read by the worker thread at checkpoints)
         self._running: list[_Job] = []  # the batch under way
         self._typical: dict[int, float] = {}  # seconds a batch of each size takes (moving average)
         self._counter = 0
@@ -152,7 +151,6 @@ class InferenceWorker:
             kind = 2 if request.bulk else 0 if request.urgent else 1
             job = _Job((kind, self._counter), request, done, loop, self._clock(), awaited=request.endpoint, owner=self)
             self._queue.append(job)
-            self._awaited += job.awaited
             self._cond.notify()
         return job
 
@@ -162,7 +160,6 @@ class InferenceWorker:
         with self._cond:
             if job in self._queue:
                 self._queue.remove(job)
-                self._awaited -= job.awaited
             elif job not in self._running:
                 return False
             job.cancelled = True
@@ -172,9 +169,8 @@ class InferenceWorker:
         """A turn's final now waits for ``job`` (a pause's request whose turn ended): while it is
         queued, it is urgent and the batch under way gives way to it."""
         with self._cond:
-            if not job.awaited and job in self._queue:
+            if job in self._queue:
                 job.awaited, job.rank = True, (0, job.rank[1])
-                self._awaited += 1
 
     async def stop(self, within_s: float | None = None) -> None:
         """Drop what is still queued (``done(None)``) and wait for the batch under way to end (at
@@ -184,7 +180,7 @@ class InferenceWorker:
         with self._cond:
             self._stopping = True
             self._on_end = functools.partial(loop.call_soon_threadsafe, ended.set)
-            left, self._queue, self._awaited = self._queue, [], 0
+            left, self._queue = self._queue, []
             self._cond.notify()
         for job in left:
             if not job.cancelled:
@@ -209,7 +205,6 @@ class InferenceWorker:
             # urgent requests run in a batch of their own: an endpoint waits for no partial
             size = min(urgent or live, self._max_batch) if live else 1  # bulk windows run alone
             batch, self._queue = self._queue[:size], self._queue[size:]
-            self._awaited -= sum(job.awaited for job in batch)
             self._running = batch
             return batch
 
@@ -230,26 +225,26 @@ class InferenceWorker:
             if not live:
                 continue
             began = self._clock()
+            results: list[Outcome] | None = None
             try:
                 with interruptible(functools.partial(self._gives_way, live, began)):
                     results = self._recognize([j.request for j in live])
             except Interrupted:
                 self._requeue(live)
                 self.stats.interrupted += 1
-                self.stats.busy_seconds += self._clock() - began
-                self.stats.recent.append((began, self._clock()))
-                continue
             finally:
                 with self._cond:
                     self._running = []
             took = self._clock() - began
+            self.stats.busy_seconds += took
+            self.stats.recent.append((began, began + took))
+            if results is None:  # interrupted: its requests run again
+                continue
             typical = self._typical.get(len(live), took)
             self._typical[len(live)] = typical + 0.2 * (took - typical)
             self.stats.requests += len(live)
             self.stats.batches += 1
-            self.stats.busy_seconds += took
             self.stats.last_batch = len(live)
-            self.stats.recent.append((began, began + took))
             if self._on_batch is not None:
                 self._on_batch(len(live), took, [began - j.submitted for j in live])
             for job, outcome in zip(live, results, strict=True):
@@ -260,7 +255,11 @@ class InferenceWorker:
         """Whether the batch under way should stop now (called at the model's checkpoints)."""
         if all(job.cancelled for job in batch):
             return True
-        if not self._awaited or any(job.rank[0] == 0 or job.interrupted for job in batch):
+        if any(job.rank[0] == 0 or job.interrupted for job in batch):
+            return False
+        with self._cond:
+            awaited = any(job.awaited for job in self._queue)
+        if not awaited:
             return False
         typical = self._typical.get(len(batch))
         return typical is None or self._clock() - began < typical / 2
@@ -277,7 +276,6 @@ class InferenceWorker:
                     continue
                 job.interrupted = True
                 self._queue.append(job)
-                self._awaited += job.awaited
                 self._cond.notify()
 
     def _recognize(self, requests: list[RecognitionRequest]) -> list[Outcome]:
