@@ -33,6 +33,8 @@ from typing import Any
 
 import _common as common
 
+from benchmarks.offline_accuracy import accuracy_report, scored_audio
+
 OURS, FW, OAI = "ours", "faster-whisper", "openai-whisper"
 ENGINES = (OURS, FW, OAI)
 DEFAULT_MODELS = ("tiny.en", "base")
@@ -398,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--audio", nargs="+", metavar="WAV", help="clips to use instead of talk60.wav and news120.wav")
     parser.add_argument("--longform", action="store_true", help="add the eval manifest's longform clips")
+    parser.add_argument(
+        "--wer", action="append", default=[], metavar="CATEGORY",
+        help="also transcribe this manifest category and report each engine's WER and speed over it (repeatable)",
+    )
     parser.add_argument("--manifest", type=Path, help="eval manifest (default: shared/data/eval/manifest.tsv)")
     parser.add_argument("--seconds", type=float, help="use only the first SECONDS of each clip")
     parser.add_argument(
@@ -449,8 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         audio = default_audio()
         if args.quick:
             audio = audio[:1]
+    manifest = args.manifest or common.shared_data_dir() / "eval" / "manifest.tsv"
     if args.longform and not args.quick:
-        audio += longform_audio(args.manifest or common.shared_data_dir() / "eval" / "manifest.tsv")
+        audio += longform_audio(manifest)
+    scored, references = scored_audio(manifest, args.wer) if args.wer else ([], {})
+    audio += scored
     missing = [str(p) for _, p in audio if not p.is_file()]
     if missing:
         raise SystemExit(
@@ -493,7 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         if scratch_owner is not None:
             scratch_owner.cleanup()
     add_ratios(rows)
-    print(report(rows, audio, args, command))
+    print(report(rows, [a for a in audio if a[0] not in references], args, command))
+    if references:
+        print(accuracy_report(rows, references))
     if args.json:
         print(json.dumps(rows, indent=1))
     return 1 if any("error" in r for r in rows) else 0

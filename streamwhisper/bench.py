@@ -202,13 +202,17 @@ def encoder_ms(model: Any, runs: int = 5) -> float:
 
 def machine_summary(model: Any, model_name: str, compute_type: str) -> dict[str, Any]:
     """The model, the CPU, how fast it encodes, and the peak memory of this process."""
+    from .model.int8 import has_int8_linears
+
     return {
         "model": model_name,
         "compute_type": compute_type,
         "cpu": cpu_name(),
         "encoder_ms": encoder_ms(model),
         # what "default" (mixed) chose on this CPU, timed at load: the figures depend on it
-        "encoder_dtype": str(model.encoder.autocast_dtype or model.dtype).removeprefix("torch."),
+        "encoder_dtype": "int8"
+        if has_int8_linears(model.encoder)
+        else str(model.encoder.autocast_dtype or model.dtype).removeprefix("torch."),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 

@@ -40,7 +40,7 @@ def _add_model_flags(p: argparse.ArgumentParser, device_flag: str = "--device", 
     p.add_argument("--config", metavar="FILE", help="TOML settings file (see config/streamwhisper.toml)")
     p.add_argument("--model", help="model name, CTranslate2 directory or .pt file (default tiny.en)")
     p.add_argument(device_flag, dest="device", help="cpu, cuda or cuda:N")
-    p.add_argument("--compute-type", help="default, float32, mixed, int8_logits, int8, float16, bfloat16")
+    p.add_argument("--compute-type", help="default, float32, mixed, int8_encoder, int8_logits, int8, float16, bfloat16")
     p.add_argument("--threads", type=int, help="torch threads (0 = one per core)")
     if streaming:
         p.add_argument("--beam-size", type=int, help="beam search width of a lone window (default 5; 0 = greedy)")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks.conversation import SR, compose, speaker
+from benchmarks.offline_accuracy import accuracy_report
 from benchmarks.scoring import Clip
 from benchmarks.streaming import summarize
 from streamwhisper.bench import StreamRun
@@ -66,3 +67,57 @@ def test_composition_is_seeded() -> None:
     (_, a), (_, b), (_, c) = _compose(3), _compose(3), _compose(4)
     assert a.notes == b.notes and np.array_equal(a.audio, b.audio)
     assert a.notes != c.notes
+
+
+def test_offline_accuracy_sums_each_engine_over_its_category() -> None:
+    references = {"read_en/a": "the cat sat", "read_en/b": "on the mat", "hard/c": "hello there"}
+    rows = [
+        {
+            "engine": "ours",
+            "model": "tiny.en",
+            "compute": "mixed",
+            "audio": "read_en/a",
+            "text": "the cat sat",
+            "audio_s": 3.0,
+            "median_wall_s": 0.5,
+        },
+        {
+            "engine": "ours",
+            "model": "tiny.en",
+            "compute": "mixed",
+            "audio": "read_en/b",
+            "text": "on a mat",
+            "audio_s": 3.0,
+            "median_wall_s": 0.5,
+        },
+        {
+            "engine": "faster-whisper",
+            "model": "tiny.en",
+            "compute": "int8",
+            "audio": "read_en/a",
+            "text": "the cat",
+            "audio_s": 3.0,
+            "median_wall_s": 1.0,
+        },
+        {
+            "engine": "ours",
+            "model": "tiny.en",
+            "compute": "mixed",
+            "audio": "talk60",
+            "text": "unscored",
+            "audio_s": 60.0,
+            "median_wall_s": 3.0,
+        },
+        {"engine": "ours", "model": "tiny.en", "compute": "mixed", "audio": "hard/c", "error": "exit 1"},
+    ]
+    report = accuracy_report(rows, references)
+    assert "accuracy over read_en" in report and "accuracy over hard" not in report  # a failed row is not scored
+    lines = {
+        line.split("|")[1].strip() + " " + line.split("|")[3].strip(): line
+        for line in report.splitlines()
+        if line.startswith("| ours") or line.startswith("| faster")
+    }
+    ours = [cell.strip() for cell in lines["ours mixed"].split("|")]
+    assert ours[4:7] == ["2", "16.67", "6.0"]  # 1 edit in 6 words; 6 s of audio in 1 s
+    fw = [cell.strip() for cell in lines["faster-whisper int8"].split("|")]
+    assert fw[4:7] == ["1", "33.33", "3.0"]

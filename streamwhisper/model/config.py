@@ -22,7 +22,7 @@ class ModelConfig:
 
     name: str = "tiny.en"  # a known name (streamwhisper models), a CTranslate2 dir or a .pt file
     device: str = "cpu"  # cpu, cuda, cuda:N
-    compute_type: str = "default"  # default, float32, mixed, int8_logits, int8, float16, bfloat16
+    compute_type: str = "default"  # default, float32, mixed, int8_encoder, int8_logits, int8, float16, bfloat16
     threads: int = 0  # torch intra-op threads; 0 = one per core
     download_root: str = ""  # where official checkpoints are cached; "" = ~/.cache/streamwhisper
     download_url: str = ""  # where official checkpoints are downloaded from; "" = OpenAI's server

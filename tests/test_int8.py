@@ -1,0 +1,94 @@
+"""Tests for streamwhisper.model.int8: int8 Linears with a scale per token, and the int8_encoder
+compute type built of them."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from conftest import REFERENCE
+from torch import nn
+
+from benchmarks.scoring import word_error_rate
+from streamwhisper.model.int8 import TokenScaledInt8Linear, has_int8_linears, int8_linears
+from streamwhisper.model.loading import load_model
+from streamwhisper.model.whisper import Whisper
+from streamwhisper.transcribe import Transcriber
+
+JFK_REFERENCE = (
+    "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
+)
+
+
+def _linear(n_in: int = 64, n_out: int = 96, seed: int = 0) -> nn.Linear:
+    torch.manual_seed(seed)
+    return nn.Linear(n_in, n_out)
+
+
+def _tokens_of_many_sizes(n_in: int = 64) -> torch.Tensor:
+    """Tokens whose sizes differ by four orders of magnitude, as activations' do."""
+    g = torch.Generator().manual_seed(1)
+    sizes = torch.logspace(-2, 2, 40)[:, None]
+    return torch.randn(40, n_in, generator=g) * sizes
+
+
+def _token_errors(y: torch.Tensor, reference: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Each token's error relative to its own product (the bias, common to both, left out)."""
+    return (y - reference).norm(dim=-1) / (reference - bias).norm(dim=-1)
+
+
+@torch.inference_mode()
+def test_each_token_is_quantised_at_its_own_scale() -> None:
+    linear = _linear()
+    x = _tokens_of_many_sizes()
+    reference = linear(x)
+    ours = _token_errors(TokenScaledInt8Linear(linear)(x), reference, linear.bias)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        per_call = torch.ao.quantization.quantize_dynamic(nn.Sequential(_linear()), {nn.Linear}, dtype=torch.qint8)
+        plain = _token_errors(per_call(x), reference, linear.bias)
+    assert ours.max() < 0.03  # 7-bit activations, 8-bit weights: about 1.5 % a token
+    assert plain[:10].min() > 0.2  # one scale for the call: the small tokens are lost in its steps
+
+
+@torch.inference_mode()
+def test_a_token_gives_the_same_result_alone_and_batched() -> None:
+    layer = TokenScaledInt8Linear(_linear())
+    x = _tokens_of_many_sizes()
+    batched = layer(x)
+    for i in (0, 17, 39):
+        assert torch.equal(layer(x[i : i + 1]), batched[i : i + 1])
+    assert torch.equal(layer(x.reshape(2, 20, -1)), batched.reshape(2, 20, -1))  # leading dimensions kept
+
+
+@torch.inference_mode()
+def test_a_silent_token_gives_the_bias() -> None:
+    linear = _linear()
+    y = TokenScaledInt8Linear(linear)(torch.zeros(3, 64))
+    assert torch.equal(y, linear.bias.expand(3, -1))
+
+
+def test_int8_linears_replaces_every_linear_but_those_kept() -> None:
+    module = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Sequential(nn.Linear(8, 4), nn.Linear(4, 4)))
+    int8_linears(module, keep=("2.1",))
+    assert isinstance(module[0], TokenScaledInt8Linear) and isinstance(module[2][0], TokenScaledInt8Linear)
+    assert type(module[2][1]) is nn.Linear
+    assert has_int8_linears(module) and not has_int8_linears(nn.Sequential(nn.Linear(2, 2)))
+
+
+@pytest.mark.slow
+def test_int8_encoder_compute_type_transcribes_jfk(tiny_model: Whisper, jfk_audio: np.ndarray) -> None:
+    model = load_model("tiny.en", compute_type="int8_encoder")
+    assert has_int8_linears(model.encoder) and not has_int8_linears(model.decoder)
+    assert model.encoder.autocast_dtype is None  # int8 even where bfloat16 would pay off
+    fc1 = model.decoder.blocks[0].mlp[0]
+    assert fc1._packed_params.dtype == torch.float16  # the decoder as in mixed
+    mel = torch.from_numpy(np.load(REFERENCE / "jfk_mel80.npy"))[None]
+    with torch.inference_mode():
+        features, reference = model.encoder(mel), tiny_model.encoder(mel)
+    error = ((features - reference).norm() / reference.norm()).item()
+    assert 0 < error < 0.1  # measured 6-7 % on speech windows; per-call scales give 17 %
+    result = Transcriber(model).transcribe(jfk_audio)
+    assert word_error_rate([JFK_REFERENCE], [result.text]) <= 0.1
