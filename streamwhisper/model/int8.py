@@ -19,7 +19,8 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-# A normalised token lies in [-1, 1]: 7-bit codes 0..127 around zero point 64.
+# A normalised token lies in [-1, 1]: codes 0..128 around zero point 64, so a pair of products
+# (weights -127..127) sums to at most 2 x 128 x 127 = 32512, within fbgemm's AVX2 16-bit sums.
 _SCALE, _ZERO_POINT = 2.0 / 127, 64
 
 
