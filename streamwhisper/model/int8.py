@@ -15,6 +15,8 @@ the same features batched with others as alone.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +24,22 @@ from torch import Tensor, nn
 # A normalised token lies in [-1, 1]: codes 0..128 around zero point 64, so a pair of products
 # (weights -127..127) sums to at most 2 x 128 x 127 = 32512, within fbgemm's AVX2 16-bit sums.
 _SCALE, _ZERO_POINT = 2.0 / 127, 64
+
+
+@contextmanager
+def deprecation_quieted() -> Iterator[None]:
+    """torch 2.13's warnings that its quantised tensor types and ``torch.ao.quantization`` are
+    deprecated, silenced: they still work, and the version is pinned. Revisit (torchao) when the
+    pin moves."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*", category=UserWarning)
+        warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning)
+        yield
+
+
+def linear_names(module: nn.Module, keep: tuple[str, ...] = ()) -> list[str]:
+    """The names of ``module``'s plain Linears, but for those ending in ``keep``."""
+    return [name for name, m in module.named_modules() if type(m) is nn.Linear and not name.endswith(keep)]
 
 
 class TokenScaledInt8Linear(nn.Module):
@@ -32,10 +50,7 @@ class TokenScaledInt8Linear(nn.Module):
         weight = linear.weight.detach().float()
         scales = (weight.abs().amax(dim=1).clamp_min(1e-12) / 127).double()
         zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
-        with warnings.catch_warnings():
-            # torch 2.13 warns that its quantised tensor types are deprecated; they still work, and
-            # the version is pinned (as in loading._quantized)
-            warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*", category=UserWarning)
+        with deprecation_quieted():
             qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
         self._packed = torch.ops.quantized.linear_prepack(qweight, None)
         bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros(weight.shape[0])
@@ -59,8 +74,7 @@ class TokenScaledInt8Linear(nn.Module):
 def int8_linears(module: nn.Module, keep: tuple[str, ...] = ()) -> nn.Module:
     """``module`` with each of its Linears replaced by a :class:`TokenScaledInt8Linear`, in place,
     but for those whose names end in ``keep``."""
-    names = [name for name, m in module.named_modules() if type(m) is nn.Linear and not name.endswith(keep)]
-    for name in names:
+    for name in linear_names(module, keep):
         parent_name, _, leaf = name.rpartition(".")
         parent = module.get_submodule(parent_name)
         setattr(parent, leaf, TokenScaledInt8Linear(getattr(parent, leaf)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-import warnings
 from pathlib import Path
 
 import torch
@@ -13,7 +12,7 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from ..errors import ConfigError
-from .int8 import int8_linears
+from .int8 import deprecation_quieted, int8_linears, linear_names
 from .memory import release_free_memory
 from .sources import DEFAULT_MODEL, resolve_weights
 from .weights import build_model
@@ -44,13 +43,8 @@ def _quantized(
         qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
     else:
         qconfig = torch.ao.quantization.default_dynamic_qconfig
-    with warnings.catch_warnings():
-        # torch 2.13 warns that its quantised tensor types are deprecated; they still work, and the
-        # version is pinned. Revisit (torchao) when the pin moves.
-        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*", category=UserWarning)
-        warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning)
-        linears = [name for name, m in module.named_modules() if type(m) is nn.Linear and not name.endswith(keep)]
-        names = dict.fromkeys(linears, qconfig)
+    with deprecation_quieted():
+        names = dict.fromkeys(linear_names(module, keep), qconfig)
         return torch.ao.quantization.quantize_dynamic(module, names, inplace=True)
 
 
