@@ -140,7 +140,7 @@ def last_voiced_end(audio: np.ndarray) -> float:
     from .audio.vad import SpeechDetector, VadConfig, WebRtcVad
 
     config = VadConfig()
-    detector = SpeechDetector(WebRtcVad(config.aggressiveness, config.frame_ms), config)
+    detector = SpeechDetector(WebRtcVad.from_config(config), config)
     detector.feed(audio)
     return detector.last_voiced_end / SAMPLE_RATE
 

@@ -247,7 +247,7 @@ def spoken_in_speech(audio: np.ndarray, config: StreamingConfig | None = None) -
     pauses too, where no model would hear a word: a turn that closes on its pause's hypothesis
     rightly leaves those out."""
     cfg = config or StreamingConfig()
-    detector = SpeechDetector(WebRtcVad(cfg.vad.aggressiveness, cfg.vad.frame_ms), cfg.vad)
+    detector = SpeechDetector(WebRtcVad.from_config(cfg.vad), cfg.vad)
     boundaries = [*detector.feed(audio), *detector.flush()]
     tail = cfg.pause_hold_ms / 2000
     spans = [(a.sample / SR, b.sample / SR + tail) for a, b in zip(boundaries[::2], boundaries[1::2], strict=True)]

@@ -56,6 +56,14 @@ def test_jfk_streams_its_transcript(model: Whisper, clips: dict[str, Clip]) -> N
     assert finals[-1].endpoint
 
 
+def test_a_whisper_streams_its_transcript(model: Whisper, clips: dict[str, Clip]) -> None:
+    """Whispered speech at -32 dBFS: the VAD hears it only with its input levelled."""
+    clip = clips["hard_voice_whisper2"]
+    finals = check_invariants(stream(model, load_audio(clip.wav)))
+    text = " ".join(f.text for f in finals)
+    assert word_error_rate([clip.reference], [text]) <= 0.25, text
+
+
 def test_a_lagging_worker_loses_no_word(model: Whisper, clips: dict[str, Clip]) -> None:
     """Requests served late, as by a busy worker, give long windows and a new utterance after
     the pause in "for you, ask what you can do": conditioned on a prompt that broke off at

@@ -8,7 +8,9 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from streamwhisper.audio.vad import SpeechBoundary, SpeechDetector, VadConfig, WebRtcVad
+from benchmarks.scoring import Clip
+from streamwhisper.audio.files import load_audio
+from streamwhisper.audio.vad import LevelNormalizer, SpeechBoundary, SpeechDetector, VadConfig, WebRtcVad
 from streamwhisper.errors import ConfigError
 from streamwhisper.events import SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
@@ -155,3 +157,50 @@ def test_invalid_settings() -> None:
         VadConfig(aggressiveness=4)
     with pytest.raises(ConfigError):
         VadConfig(start_speech_ms=400, start_window_ms=300)
+
+
+def speech_starts(audio: np.ndarray, config: VadConfig) -> list[float]:
+    detector = SpeechDetector(WebRtcVad.from_config(config), config)
+    return [b.sample / 16_000 for b in run_detector(detector, audio, 1_600) if b.started]
+
+
+def test_a_whisper_is_heard_only_with_the_input_levelled(clips: dict[str, Clip]) -> None:
+    """Whispered speech peaking at -32 dBFS: webrtcvad at aggressiveness 3 calls 2 % of its frames
+    voiced as recorded, so no utterance ever starts; levelled, the speech starts near 0.3 s."""
+    audio = load_audio(clips["hard_voice_whisper2"].wav)
+    assert speech_starts(audio, VadConfig(max_gain_db=0.0)) == []
+    starts = speech_starts(audio, VadConfig())
+    assert starts and starts[0] < 1.0, starts
+
+
+def test_levelling_raises_quiet_speech_to_the_target_and_no_further(jfk_audio: np.ndarray) -> None:
+    frames = jfk_audio[: 16_000 * 6 // 480 * 480].reshape(-1, 480)
+    # jfk opens with digital silence, then -43 dBFS hiss, then speech louder than the target:
+    # the hiss is not measured against the silence, and nothing is attenuated
+    assert not LevelNormalizer(24.0, -20.0, 166, 15.0).gains(frames).any()
+    quiet = LevelNormalizer(24.0, -20.0, 166, 15.0).gains(frames * 10 ** (-30 / 20))
+    assert quiet.max() == pytest.approx(24.0)  # the cap
+    peak = 10 * np.log10(np.max(np.mean(frames[-166:].astype(np.float64) ** 2, axis=1)))  # the last 5 s
+    mid = LevelNormalizer(60.0, -20.0, 166, 15.0).gains(frames * 10 ** (-30 / 20))
+    assert mid[-1] == pytest.approx(-20.0 - (peak - 30.0), abs=0.01)  # the window's loudest frame lands on -20
+
+
+@pytest.mark.parametrize("dbfs", [-30.0, -45.0])
+def test_steady_noise_is_not_raised(dbfs: float) -> None:
+    """Steady noise has no quiet stretches between louder ones: raised, webrtcvad would take it
+    for speech (white noise at -30 dBFS: no frame voiced as it is, every frame 10 dB louder)."""
+    rng = np.random.default_rng(7)
+    noise = (rng.standard_normal(16_000 * 10) * 10 ** (dbfs / 20)).astype(np.float32)
+    gains = LevelNormalizer(24.0, -20.0, 166, 15.0).gains(noise[: len(noise) // 480 * 480].reshape(-1, 480))
+    assert not gains.any()
+    assert speech_starts(noise, VadConfig()) == []
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("max_gain_db", -1.0), ("max_gain_db", 61.0), ("level_target_dbfs", 3.0), ("level_window_ms", 10),
+     ("level_min_range_db", -1.0)],
+)
+def test_levelling_settings_are_checked(field: str, value: float) -> None:
+    with pytest.raises(ConfigError):
+        VadConfig(**{field: value})

@@ -40,6 +40,8 @@ CLIPS = [
     "en_picovoice_cheetah_test_en",
     "en_ps_librivox_sense_0890",
     "en_ps_librivox_sense_0920",
+    # hard: whispered speech, 30 dB below full scale (the VAD's input levelling)
+    "hard_voice_whisper2",
     # multilingual: language detection (reference values exist for these) and translation
     "ml_de_picovoice",
     "ml_es_picovoice",

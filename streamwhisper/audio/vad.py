@@ -1,5 +1,9 @@
 """Voice activity: a per-frame classifier behind the :class:`Vad` protocol and a state machine.
 
+:class:`WebRtcVad` levels its input first (:class:`LevelNormalizer`): webrtcvad's verdict depends
+on the level, and at aggressiveness 3 it hears almost nothing of speech that peaks 30 dB below
+full scale (a whisper, a quiet microphone) that it hears at once 20 dB louder.
+
 :class:`SpeechDetector` cuts any chunking of the stream into fixed VAD frames (buffering the
 partial frame), classifies each one and runs a quiet/speaking machine with a start window and
 an endpoint hangover. It reports boundaries on the absolute sample clock; its memory does not
@@ -41,6 +45,15 @@ class VadConfig:
     start_speech_ms: int = 150
     endpoint_ms: int = 500
     pre_roll_ms: int = 300
+    # Input levelling before webrtcvad (0 disables): frames are raised by up to max_gain_db so the
+    # loudest frame of the last level_window_ms reaches level_target_dbfs (RMS), but only while
+    # that loudest frame stands level_min_range_db above the quietest tenth: speech rises and
+    # falls by 20-40 dB between syllables and pauses; steady noise, which the gain would make
+    # pass for speech, does not.
+    max_gain_db: float = 24.0
+    level_target_dbfs: float = -20.0
+    level_window_ms: int = 5000
+    level_min_range_db: float = 15.0
 
     def __post_init__(self) -> None:
         _require(self.aggressiveness in (0, 1, 2, 3), "vad.aggressiveness must be 0, 1, 2 or 3")
@@ -52,6 +65,10 @@ class VadConfig:
         )
         _require(self.endpoint_ms >= self.frame_ms, "vad.endpoint_ms must be at least one frame")
         _require(0 <= self.pre_roll_ms <= 2000, "vad.pre_roll_ms must be in [0, 2000]")
+        _require(0.0 <= self.max_gain_db <= 60.0, "vad.max_gain_db must be in [0, 60]")
+        _require(-60.0 <= self.level_target_dbfs <= 0.0, "vad.level_target_dbfs must be in [-60, 0]")
+        _require(self.level_window_ms >= self.frame_ms, "vad.level_window_ms must hold one frame")
+        _require(self.level_min_range_db >= 0.0, "vad.level_min_range_db must be >= 0")
 
 
 class Vad(Protocol):
@@ -67,14 +84,61 @@ class Vad(Protocol):
     def classify(self, frames: np.ndarray) -> Sequence[bool]: ...
 
 
-class WebRtcVad:
-    """webrtcvad (the WebRTC GMM classifier) on 10, 20 or 30 ms frames."""
+SILENT_DBFS = -80.0  # a frame quieter than this (RMS) is silence, not a level to measure
 
-    def __init__(self, aggressiveness: int = 3, frame_ms: int = 30) -> None:
+
+class LevelNormalizer:
+    """The gain, in dB, that raises each frame towards a target level (see :class:`VadConfig`).
+
+    It looks back over a bounded window of frame levels: the gain lifts the loudest frame there
+    to the target, up to ``max_gain_db``, and is 0 while the window's range (loudest frame over
+    the quietest tenth) is below ``min_range_db``. It never attenuates. Frames below
+    ``SILENT_DBFS`` (digital silence, a muted input) get no gain and are left out of the window.
+    """
+
+    def __init__(self, max_gain_db: float, target_dbfs: float, window_frames: int, min_range_db: float) -> None:
+        self._max_gain = max_gain_db
+        self._target = target_dbfs
+        self._min_range = min_range_db
+        self._levels: deque[float] = deque(maxlen=max(1, window_frames))
+
+    def gains(self, frames: np.ndarray) -> np.ndarray:
+        """One gain per frame (dB), each from the window ending at that frame."""
+        out = np.zeros(frames.shape[0], dtype=np.float32)
+        if self._max_gain <= 0:
+            return out
+        power = np.mean(np.square(frames, dtype=np.float64), axis=1)
+        levels = 10.0 * np.log10(power + 1e-12)
+        for i, level in enumerate(levels):
+            if level < SILENT_DBFS:
+                continue  # not a floor to measure speech against: hiss after it is not speech
+            self._levels.append(float(level))
+            window = np.fromiter(self._levels, dtype=np.float64, count=len(self._levels))
+            loudest = window.max()
+            floor = np.partition(window, len(window) // 10)[len(window) // 10]
+            if loudest - floor >= self._min_range:
+                out[i] = min(self._max_gain, max(0.0, self._target - loudest))
+        return out
+
+
+class WebRtcVad:
+    """webrtcvad (the WebRTC GMM classifier) on 10, 20 or 30 ms frames, levelled first."""
+
+    def __init__(self, aggressiveness: int = 3, frame_ms: int = 30, level: LevelNormalizer | None = None) -> None:
         if frame_ms not in (10, 20, 30):
             raise ValueError(f"webrtcvad takes 10, 20 or 30 ms frames, got {frame_ms}")
         self._vad = webrtcvad.Vad(aggressiveness)
         self._frame_samples = SAMPLE_RATE * frame_ms // 1000
+        self._level = level
+
+    @classmethod
+    def from_config(cls, config: VadConfig) -> WebRtcVad:
+        """The classifier ``config`` describes, its levelling included."""
+        level = LevelNormalizer(
+            config.max_gain_db, config.level_target_dbfs, config.level_window_ms // config.frame_ms,
+            config.level_min_range_db,
+        )
+        return cls(config.aggressiveness, config.frame_ms, level)
 
     @property
     def frame_samples(self) -> int:
@@ -83,6 +147,8 @@ class WebRtcVad:
 
     def classify(self, frames: np.ndarray) -> list[bool]:
         """webrtcvad's verdict per frame; all-zero (digital silence) frames skip the call."""
+        if self._level is not None:
+            frames = frames * np.power(10.0, self._level.gains(frames) / 20.0)[:, None]
         pcm = (np.clip(frames, -1.0, 1.0) * 32767.0).astype("<i2")
         nonzero = pcm.any(axis=1)  # muted inputs send zeros for hours: keep them cheap
         return [

@@ -53,7 +53,7 @@ class Streamer:
         self._config = cfg
         self._key = key
         self._audio = AudioWindow(cfg.n_mels, cfg.max_window_s)
-        self._detector = SpeechDetector(vad or WebRtcVad(cfg.vad.aggressiveness, cfg.vad.frame_ms), cfg.vad)
+        self._detector = SpeechDetector(vad or WebRtcVad.from_config(cfg.vad), cfg.vad)
         self._policy = CommitPolicy(cfg.policy)
         self._step = cfg.min_step_s
         self._pre_roll = SAMPLE_RATE * cfg.vad.pre_roll_ms // 1000
