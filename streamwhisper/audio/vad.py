@@ -105,8 +105,6 @@ class LevelNormalizer:
     def gains(self, frames: np.ndarray) -> np.ndarray:
         """One gain per frame (dB), each from the window ending at that frame."""
         out = np.zeros(frames.shape[0], dtype=np.float32)
-        if self._max_gain <= 0:
-            return out
         power = np.mean(np.square(frames, dtype=np.float64), axis=1)
         levels = 10.0 * np.log10(power + 1e-12)
         for i, level in enumerate(levels):
@@ -133,12 +131,12 @@ class WebRtcVad:
 
     @classmethod
     def from_config(cls, config: VadConfig) -> WebRtcVad:
-        """The classifier ``config`` describes, its levelling included."""
+        """The classifier ``config`` describes, its levelling included (none at ``max_gain_db`` 0)."""
         level = LevelNormalizer(
             config.max_gain_db, config.level_target_dbfs, config.level_window_ms // config.frame_ms,
             config.level_min_range_db,
         )
-        return cls(config.aggressiveness, config.frame_ms, level)
+        return cls(config.aggressiveness, config.frame_ms, level if config.max_gain_db > 0 else None)
 
     @property
     def frame_samples(self) -> int:
