@@ -12,11 +12,25 @@ from benchmarks.conversation import SR, compose, speaker
 from benchmarks.offline_accuracy import accuracy_report
 from benchmarks.scoring import Clip
 from benchmarks.streaming import summarize
-from streamwhisper.bench import StreamRun
+from streamwhisper.bench import StreamRun, score_latency
+from streamwhisper.events import Final, Word
 
 
 def clip(clip_id: str, seconds: float = 1.0, category: str = "read_en", reference: str = "") -> Clip:
     return Clip(clip_id, Path(f"{clip_id}.wav"), seconds, reference or clip_id, "", category, "en")
+
+
+def test_latency_takes_the_offline_time_of_a_word_only_when_it_is_the_same_word() -> None:
+    """A streamed word's audio end is its offline twin's, unless the alignment paired it with the
+    same word said seconds away; then its own streamed time stands."""
+    said = [Word(" so", 1.0, 1.2, 0.9), Word(" I", 1.3, 1.4, 0.9), Word(" left.", 1.5, 1.9, 0.9)]
+    late = Word(" I", 53.2, 53.5, 0.9)  # the stream's own "I", far from the offline one
+    timeline = [(2.6, Final("so I left.", 1.0, 1.9, tuple(said), 0)), (54.0, Final("I", 53.2, 53.5, (late,), 1))]
+    offline = [("so", 1.1), ("I", 1.5), ("left.", 2.1), ("I", 38.7)]
+    run = StreamRun(60.0)
+    score_latency(run, timeline, offline)
+    assert run.final_words == 4
+    assert run.final_latency == pytest.approx([1.5, 1.1, 0.5, 0.5])  # 54.0 - 53.5, not 54.0 - 38.7
 
 
 def test_bench_summary_splits_the_real_time_factor_of_speech_and_non_speech() -> None:
