@@ -514,6 +514,42 @@ def test_an_utterance_soon_after_another_reopens_the_words_before_it() -> None:
     assert quiet.audio.buffered_samples <= keep * SR // 1000 + 1_600  # past the gap: the pre-roll only
 
 
+class EndsAtLongSilence(ToneRecognizer):
+    """Whisper ending its text at a long silence in the window: words after the window's first
+    gap of more than a second are not heard (the carried words end the decoding)."""
+
+    def _hear(self, request: RecognitionRequest) -> Hypothesis:
+        heard = super()._hear(replace(request, prefix=()))
+        self.requests[-1] = request
+        words = list(heard.words)
+        cut = next((i for i in range(1, len(words)) if words[i].start - words[i - 1].end > 1.0), len(words))
+        words = words[len(request.prefix) : cut]
+        return replace(heard, text="".join(w.word for w in words), words=tuple(words))
+
+
+def test_a_carried_window_that_hears_nothing_new_reopens_at_the_utterance() -> None:
+    """An utterance 2 s after the last one carries its words (carry_gap_s); when the decoder ends
+    its text at them (heard again, then as the forced prefix), the window starts at the
+    utterance's own audio and its words are heard. Without that (uncarry_after_s = 0), the
+    whole utterance is lost."""
+    first = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
+    second = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
+    audio, spoken = tone_words(11.0, [*first, *second])
+    for uncarry_after_s in (1.0, 0.0):
+        recognizer = EndsAtLongSilence()
+        streamer = Streamer(StreamingConfig(uncarry_after_s=uncarry_after_s), vad=EnergyVad())
+        events = feed_all(streamer, recognizer, audio, [1_600])
+        carried = [r for r in recognizer.requests if r.start < 5.0 and r.end > 6.5]
+        assert carried and carried[0].prefix == ()  # heard again first, then as the prefix
+        finals = [label_of(w.word) for e in events if isinstance(e, Final) for w in e.words]
+        if uncarry_after_s:
+            check_stream(events, spoken)
+            assert any(r.prefix for r in carried)
+            assert all(r.start > 5.0 for r in recognizer.requests if r.start > carried[-1].start)
+        else:
+            assert finals == [label for label, _, _ in first]  # the second utterance was never heard
+
+
 def test_the_hypothesis_of_a_pause_ends_the_utterance_when_the_vad_does() -> None:
     """Once the VAD hears pause_hold_ms of quiet, one (urgent) request covers the speech before
     it; if the endpoint follows, that hypothesis's words are the endpoint final at once, with no

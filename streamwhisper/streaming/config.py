@@ -173,6 +173,11 @@ class StreamingConfig:
     # is doubted and dropped). 0 disables.
     carry_gap_s: float = 3.0
     carry_keep_s: float = 3.0
+    # ... but once such a window, decoded after those words (its forced prefix), hears nothing
+    # new while the utterance has uncarry_after_s of its own audio in it, its windows start at
+    # its own audio: the decoder took the carried words for the whole window (a counted "1, 2,
+    # 3." then another speaker's sentence, all skipped until the endpoint). 0 disables.
+    uncarry_after_s: float = 1.0
     max_window_s: float = 30.0
     force_commit_s: float = 20.0
     force_keep_s: float = 5.0
@@ -196,6 +201,7 @@ class StreamingConfig:
         _check(0.0 <= self.trim_keep_s <= 10.0, "trim_keep_s must be in [0, 10]")
         _check(0.0 <= self.carry_gap_s <= 10.0, "carry_gap_s must be in [0, 10]")
         _check(0.0 <= self.carry_keep_s <= 10.0, "carry_keep_s must be in [0, 10]")
+        _check(0.0 <= self.uncarry_after_s <= 10.0, "uncarry_after_s must be in [0, 10]")
         _check(
             0 < self.force_keep_s < self.force_commit_s < self.max_window_s,
             "need 0 < force_keep_s < force_commit_s < max_window_s",

@@ -153,9 +153,7 @@ class Streamer:
             if not self._overflowing:  # once per episode, not once per chunk
                 logger.warning("audio ring full: uncommitted audio dropped (recognition too slow)")
             self._overflowing = True
-        events: list[Event] = []
-        for boundary in self._detector.feed(x):
-            events.extend(self._on_boundary(boundary))
+        events = [e for boundary in self._detector.feed(x) for e in self._on_boundary(boundary)]
         if not self._active:  # hours of silence keep only the pre-roll (and what a next utterance carries)
             self._audio.forget_before(self._carry_start(align_down(self._audio.end - self._quiet_keep)))
         events.extend(self._settle())
@@ -169,9 +167,7 @@ class Streamer:
         if self._flushed:
             return []
         self._flushed = True
-        events: list[Event] = []
-        for boundary in self._detector.flush():
-            events.extend(self._on_boundary(boundary))
+        events = [e for boundary in self._detector.flush() for e in self._on_boundary(boundary)]
         if self._active and self._endpoint_at is None:
             self._endpoint_at = self._audio.end
         events.extend(self._settle())
@@ -292,6 +288,8 @@ class Streamer:
         if not inflight.endpoint:
             if heard:  # a hypothesis without a usable word leaves the endpoint its own request
                 self._heard_to = inflight.end
+            elif inflight.prefixed:  # the decoder may have ended its text at the carried words
+                self._uncarry(inflight)
             if inflight.pause >= 0 and self._config.pause_final and self._in_pause(inflight.pause):
                 events.extend(self._policy.commit_pending())
             events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
@@ -360,6 +358,13 @@ class Streamer:
                 self._endpoint_at, self._speech_end = max(queued[0], self._audio.start), queued[1]
         else:
             self._audio.idle(self._floor)
+
+    def _uncarry(self, inflight: _Inflight) -> None:
+        """After a carried window decoded with no new word (see ``uncarry_after_s``)."""
+        own, after = self._utterance_start, round(self._config.uncarry_after_s * SAMPLE_RATE)
+        if after and self._active and inflight.start < own <= inflight.end - after and self._audio.start < own:
+            self._audio.advance(own)  # the utterance's windows start at its own audio
+            self._wordless = 0  # decoded afresh: the next window comes at the step
 
     def _carry_start(self, start: int) -> int:
         """Where the window of an utterance starting at ``start`` opens (see ``carry_gap_s``)."""
