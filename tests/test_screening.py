@@ -215,6 +215,12 @@ def test_words_doubted_at_an_endpoint_stay_unheard_for_the_next_window_over_them
     policy.observe(hyp(before, offset=55.65), 55.65, 62.89)
     policy.observe(hyp([], offset=58.97), 58.97, 64.26, endpoint=True)
     assert policy.committed_end == 64.26
+    # ... and so does the next utterance's end when it had no hypothesis (its request abandoned)
+    policy = CommitPolicy(PolicyConfig())
+    policy.observe(_doubted(said, 58.97), 58.97, 64.26, endpoint=True)
+    assert policy.committed_end == 0.0
+    policy.close(70.0)
+    assert policy.committed_end == 70.0
 
 
 def test_a_short_hypothesis_with_one_doubted_word_is_dropped() -> None:

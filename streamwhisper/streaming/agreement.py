@@ -125,8 +125,7 @@ class CommitPolicy:
 
         Without ``endpoint``, words agreed with the previous hypothesis become a ``Final`` and
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
-        this hypothesis becomes final and the commit point moves to ``window_end`` (unless the
-        hypothesis was dropped as doubted: see :meth:`close`).
+        this hypothesis becomes final and the commit point moves to ``window_end`` (see :meth:`close`).
         """
         words, reason = screen(
             hypothesis, self._config, lambda ws: self._vouched(ws, window_start, window_end, prefixed)
@@ -211,6 +210,7 @@ class CommitPolicy:
             if not self._doubted:  # else a window reopened over them may hear them in context
                 self._committed_end = max(self._committed_end, end)
             self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
+        self._doubted = False
         return events
 
     def commit_pending(self) -> list[Event]:
