@@ -193,36 +193,6 @@ def test_doubted_words_the_previous_hypothesis_said_are_kept() -> None:
     assert not [e for e in events if isinstance(e, Final) and e.text]
 
 
-def test_words_doubted_at_an_endpoint_stay_unheard_for_the_next_window_over_them() -> None:
-    # "... the monastery of Subiaco near Rome." The endpoint's hypothesis of the rare name is
-    # doubted (mean probability 0.3) and dropped, but the commit point stays after "of": the next
-    # utterance's window, reopened over it (carry_gap_s), hears the name in context and commits it.
-    said = [(" Suviacul,", 62.9, 63.4), (" near", 63.4, 63.6), (" Rome.", 63.6, 63.9)]
-    before = [(" monastery", 61.0, 61.6), (" of", 61.7, 61.9)]
-    policy = CommitPolicy(PolicyConfig())
-    policy.observe(hyp(before, offset=55.65), 55.65, 62.39)
-    assert texts(policy.observe(hyp(before, offset=55.65), 55.65, 62.89)) == [("Final", "monastery of")]
-    ended = policy.observe(_doubted(said, 58.97), 58.97, 64.26, endpoint=True)
-    assert not [e for e in ended if isinstance(e, Final) and e.text]
-    assert policy.committed_end == 61.9  # not the endpoint: the name is not heard yet
-    after = [*before[1:], *said, (" On", 65.0, 65.2), (" the", 65.2, 65.4)]
-    policy.observe(hyp(after, offset=61.14), 61.14, 65.99)
-    finals = [e.text for e in policy.observe(hyp(after, offset=61.14), 61.14, 66.49) if isinstance(e, Final)]
-    assert finals == ["Suviacul, near Rome. On the"]
-    # ... while an endpoint that heard nothing (silence) moves the commit point to its end
-    policy = CommitPolicy(PolicyConfig())
-    policy.observe(hyp(before, offset=55.65), 55.65, 62.39)
-    policy.observe(hyp(before, offset=55.65), 55.65, 62.89)
-    policy.observe(hyp([], offset=58.97), 58.97, 64.26, endpoint=True)
-    assert policy.committed_end == 64.26
-    # ... and so does the next utterance's end when it had no hypothesis (its request abandoned)
-    policy = CommitPolicy(PolicyConfig())
-    policy.observe(_doubted(said, 58.97), 58.97, 64.26, endpoint=True)
-    assert policy.committed_end == 0.0
-    policy.close(70.0)
-    assert policy.committed_end == 70.0
-
-
 def test_a_short_hypothesis_with_one_doubted_word_is_dropped() -> None:
     # "Thank you." on music: the arithmetic mean (0.52) passes the 0.5 floor, the geometric
     # mean of a hypothesis of three words or fewer (0.26) does not.

@@ -85,7 +85,6 @@ class CommitPolicy:
         self._prompt = ""
         self._closed_prompt = ""  # the prompt as a finished sentence
         self._unheard = False  # a reopened window of this utterance heard nothing new
-        self._doubted = False  # the latest hypothesis was dropped as doubted
 
     @property
     def committed_end(self) -> float:
@@ -125,7 +124,7 @@ class CommitPolicy:
 
         Without ``endpoint``, words agreed with the previous hypothesis become a ``Final`` and
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
-        this hypothesis becomes final and the commit point moves to ``window_end`` (see :meth:`close`).
+        this hypothesis becomes final and the commit point moves to ``window_end``.
         """
         words, reason = screen(
             hypothesis, self._config, lambda ws: self._vouched(ws, window_start, window_end, prefixed)
@@ -137,7 +136,6 @@ class CommitPolicy:
         )
         if reason:
             logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
-        self._doubted = reason == "low_word_probability"
         placed = self._place(words, window_start, window_end, prefixed)
         if not placed and self._rehears(window_start):
             # Heard again, the committed words can end the decoding ("... of about 1455."
@@ -193,8 +191,7 @@ class CommitPolicy:
         (then it may be empty and only marks the endpoint); a partial left on screen is cleared.
         ``speech_goes_on`` (a forced endpoint inside speech): the commit point stays after the
         last committed word, so a word cut by ``end`` is heard again by the next utterance,
-        whose first words repeating the committed ones are dropped; so it does when the latest
-        hypothesis was dropped as doubted.
+        whose first words repeating the committed ones are dropped.
         """
         events: list[Event] = []
         if self._pending or self._finals_in_utterance:
@@ -202,15 +199,15 @@ class CommitPolicy:
         elif self._shown:
             events.append(self._partial(()))
         self._pending, self._seen = [], []
-        self._shown, self._finals_in_utterance = "", 0
-        self._utterance_start, self._unheard = None, False
+        self._shown = ""
+        self._finals_in_utterance = 0
+        self._utterance_start = None
+        self._unheard = False
         if speech_goes_on:
             self._soft_boundary = bool(self._tail)
         else:
-            if not self._doubted:  # else a window reopened over them may hear them in context
-                self._committed_end = max(self._committed_end, end)
+            self._committed_end = max(self._committed_end, end)
             self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
-        self._doubted = False
         return events
 
     def commit_pending(self) -> list[Event]:
