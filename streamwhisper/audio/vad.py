@@ -132,11 +132,11 @@ class WebRtcVad:
     @classmethod
     def from_config(cls, config: VadConfig) -> WebRtcVad:
         """The classifier ``config`` describes, its levelling included (none at ``max_gain_db`` 0)."""
-        level = LevelNormalizer(
-            config.max_gain_db, config.level_target_dbfs, config.level_window_ms // config.frame_ms,
-            config.level_min_range_db,
-        )
-        return cls(config.aggressiveness, config.frame_ms, level if config.max_gain_db > 0 else None)
+        level = None
+        if config.max_gain_db > 0:
+            window = config.level_window_ms // config.frame_ms
+            level = LevelNormalizer(config.max_gain_db, config.level_target_dbfs, window, config.level_min_range_db)
+        return cls(config.aggressiveness, config.frame_ms, level)
 
     @property
     def frame_samples(self) -> int:

@@ -362,7 +362,8 @@ class Streamer:
     def _uncarry(self, inflight: _Inflight) -> None:
         """After a carried window decoded with no new word (see ``uncarry_after_s``)."""
         own, after = self._utterance_start, round(self._config.uncarry_after_s * SAMPLE_RATE)
-        if after and self._active and inflight.start < own <= inflight.end - after and self._audio.start < own:
+        # (the window opens before the utterance only when carried, and only moves forward)
+        if after and self._active and self._audio.start < own <= inflight.end - after:
             self._audio.advance(own)  # the utterance's windows start at its own audio
             self._wordless = 0  # decoded afresh: the next window comes at the step
 
