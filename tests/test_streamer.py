@@ -220,10 +220,10 @@ def test_overload_never_grows_the_ring() -> None:
     assert request is not None and request.mel.shape[1] <= 3_000
 
 
-
 # An utterance's first request after 0.5 s of it (the default waits 1.5 s): the endpoint tests
 # below have utterances of about a second.
 EARLY_FIRST = StreamingConfig(first_step_s=0.5)
+
 
 def test_every_vad_endpoint_gets_its_endpoint_request() -> None:
     audio = np.zeros(6 * SR, dtype=np.float32)
@@ -667,3 +667,25 @@ def test_a_short_endpointing_makes_finals_at_pauses_and_the_utterance_goes_on(la
         after = next(r for r in recognizer.requests if r.end > 3.5)
         assert 5 in after.prefix and after.start < 2.8
     assert finals[-1].endpoint and finals[-1].words[-1].word.strip() == "w11"
+
+
+@pytest.mark.parametrize("lag", [4, 8])
+def test_a_request_made_inside_a_pause_before_its_own_makes_the_pause_final(lag: int) -> None:
+    """pause_final: a regular request made 0.2 s into the pause (its step had come) hears all the
+    speech before it; when it comes back with the speaker still quiet for pause_hold_ms, its words
+    are the pause's endpoint final, as the pause's own request would have made them (none follows)."""
+    words = [(i, 0.5 + 0.44 * i, 0.8 + 0.44 * i) for i in range(6)]  # the last ends at 3.0 s
+    resumed = [(10, 3.9, 4.2), (11, 4.3, 4.6)]
+    audio, spoken = tone_words(7.0, [*words, *resumed])
+    recognizer = ToneRecognizer()
+    streamer = Streamer(StreamingConfig(pause_final=True, pause_hold_ms=300), vad=EnergyVad())
+    events = feed_all(streamer, recognizer, audio, [480], lag=lag)
+    check_stream(events, spoken)
+    in_pause = [r for r in recognizer.requests if 3.0 < r.end < 3.9]
+    assert [r.urgent for r in in_pause] == [False], in_pause  # no request of the pause's own
+    at_pause = [
+        e for e in events if isinstance(e, Final) and e.endpoint and e.words and e.words[-1].word.strip() == "w5"
+    ]
+    assert len(at_pause) == 1 and events.index(at_pause[0]) < next(
+        i for i, e in enumerate(events) if isinstance(e, SpeechEnded)
+    )

@@ -124,7 +124,7 @@ class Streamer:
             return end is None or f.end < end + hold // 2
         detector = self._detector
         quiet, began = detector.quiet_samples, detector.last_voiced_end
-        in_pause = bool(hold) and quiet >= hold and f.pause < 0 and self._paused_at != began
+        in_pause = bool(hold) and quiet >= hold and self._paused_at != began
         return in_pause and f.end < began + hold // 2
 
     @property
@@ -235,8 +235,7 @@ class Streamer:
             endpoint=endpoint,
             urgent=endpoint or pause,
         )
-        goes_on, paused_at = endpoint and self._speech_goes_on, self._paused_at if pause else -1
-        self._inflight = _Inflight(request, start, end, endpoint, bool(prefix), goes_on, paused_at)
+        self._inflight = _Inflight(request, start, end, endpoint, bool(prefix), endpoint and self._speech_goes_on)
         self._last_request_end = end
         if endpoint:
             self._end_utterance()
@@ -251,10 +250,12 @@ class Streamer:
         self._paused_at = self._detector.last_voiced_end
         return self._last_request_end < self._paused_at + hold // 2
 
-    def _in_pause(self, began: int) -> bool:
-        """Whether the pause that began at sample ``began`` still goes on (no speech since)."""
-        detector = self._detector
-        return self._endpoint_at is None and detector.speaking and detector.last_voiced_end == began
+    def _pause_heard(self, end: int) -> bool:
+        """Whether a window ending at ``end`` heard all the speech before the pause going on now
+        (``pause_hold_ms`` of quiet or more): the pause's own request, or one made before it."""
+        hold, detector = self._pause_samples, self._detector
+        in_pause = self._endpoint_at is None and detector.speaking and bool(hold) and detector.quiet_samples >= hold
+        return in_pause and end >= detector.last_voiced_end + hold // 2
 
     def _due(self) -> bool:
         """Whether a regular request is due: enough new audio since the last, and no pause."""
@@ -290,7 +291,7 @@ class Streamer:
                 self._heard_to = inflight.end
             elif inflight.prefixed:  # the decoder may have ended its text at the carried words
                 self._uncarry(inflight)
-            if inflight.pause >= 0 and self._config.pause_final and self._in_pause(inflight.pause):
+            if self._config.pause_final and self._pause_heard(inflight.end):
                 events.extend(self._policy.commit_pending())
             events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
         events.extend(self._settle())
@@ -396,4 +397,3 @@ class _Inflight:
     endpoint: bool
     prefixed: bool = False  # decoded after the committed words in its window
     speech_goes_on: bool = False  # a forced endpoint inside speech (see finalize)
-    pause: int = -1  # the request of the pause that began at this sample
