@@ -6,7 +6,8 @@ Only the benchmarks use it: jiwer and whisper-normalizer are benchmark dependenc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -64,9 +65,22 @@ def normalize(text: str) -> str:
     return " ".join(_normalizer()(text).split())
 
 
-def word_error_rate(references: list[str], hypotheses: list[str]) -> float:
+#: A sentence mark: a full stop, question or exclamation mark ending a word (not "3.5").
+SENTENCE_MARK = re.compile(r"[.?!]+(?=[\s\"')\]]|$)")
+
+
+def normalize_with_marks(text: str) -> str:
+    """:func:`normalize`, with each sentence mark kept as the word ".": scored as words, marks
+    put where the reference has none (or left out) count as insertions (deletions)."""
+    parts = [normalize(part) for part in SENTENCE_MARK.split(text)]
+    return " ".join(w for i, part in enumerate(parts) for w in (part, "." if i < len(parts) - 1 else "") if w)
+
+
+def word_error_rate(
+    references: list[str], hypotheses: list[str], normalizer: Callable[[str], str] = normalize
+) -> float:
     """Corpus WER after normalisation: total edits over total reference words."""
-    pairs = [(normalize(r), normalize(h)) for r, h in zip(references, hypotheses, strict=True)]
+    pairs = [(normalizer(r), normalizer(h)) for r, h in zip(references, hypotheses, strict=True)]
     pairs = [(r, h) for r, h in pairs if r]
     if not pairs:
         return 0.0

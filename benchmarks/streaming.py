@@ -32,7 +32,15 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import conversation  # noqa: E402
 from benchmarks._common import shared_data_dir  # noqa: E402
-from benchmarks.scoring import Clip, edit_counts, normalize, read_manifest, word_error_rate  # noqa: E402
+from benchmarks.scoring import (  # noqa: E402
+    SENTENCE_MARK,
+    Clip,
+    edit_counts,
+    normalize,
+    normalize_with_marks,
+    read_manifest,
+    word_error_rate,
+)
 
 
 class CachedTranscriber:
@@ -72,6 +80,12 @@ def summarize(clips: list[Clip], runs: list[Any]) -> dict[str, Any]:
         refs = [c.reference for c, _ in speech]
         out["wer"] = round(word_error_rate(refs, [r.stream_text for _, r in speech]), 4)
         out["offline_wer"] = round(word_error_rate(refs, [r.offline_text for _, r in speech]), 4)
+        # sentence punctuation scored as words (a mark at every breath costs an insertion each)
+        for name, text in (("", lambda r: r.stream_text), ("offline_", lambda r: r.offline_text)):
+            texts = [text(r) for _, r in speech]
+            out[f"{name}wer_with_marks"] = round(word_error_rate(refs, texts, normalize_with_marks), 4)
+            out[f"{name}sentence_marks"] = sum(len(SENTENCE_MARK.findall(t)) for t in texts)
+        out["reference_sentence_marks"] = sum(len(SENTENCE_MARK.findall(r)) for r in refs)
         # where streaming loses to offline: edits of each, summed over the clips
         for name, text in (("stream", lambda r: r.stream_text), ("offline", lambda r: r.offline_text)):
             counts = [edit_counts(c.reference, text(r)) for c, r in speech]

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.conversation import SR, compose, speaker
 from benchmarks.offline_accuracy import accuracy_report
-from benchmarks.scoring import Clip
+from benchmarks.scoring import Clip, normalize_with_marks, word_error_rate
 from benchmarks.streaming import summarize
 from streamwhisper.bench import StreamRun, score_latency
 from streamwhisper.events import Final, Word
@@ -41,6 +41,18 @@ def test_bench_summary_splits_the_real_time_factor_of_speech_and_non_speech() ->
     assert summary["speech_rtf"] == pytest.approx(49.0 / 110.0, abs=1e-4)
     assert summary["nonspeech_rtf"] == pytest.approx(0.1)
     assert "speech_rtf" not in summarize(clips[:1], runs[:1])
+
+
+def test_sentence_marks_score_as_words() -> None:
+    """A mark at a breath is an insertion, a missed one a deletion; a decimal point is no mark."""
+    assert normalize_with_marks("It costs 3.5 dollars. Yes!") == "it costs $3.5 . yes ."
+    reference = "Printing in the only sense. With which we are concerned."
+    at_breath = "Printing. In the only sense. With which we are concerned."
+    assert word_error_rate([reference], [at_breath]) == 0.0
+    assert word_error_rate([reference], [at_breath], normalize_with_marks) == pytest.approx(1 / 12)
+    assert word_error_rate(
+        [reference], ["Printing in the only sense with which we are concerned"], normalize_with_marks
+    ) == (pytest.approx(2 / 12))
 
 
 def test_clips_of_one_reader_share_a_speaker() -> None:
