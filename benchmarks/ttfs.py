@@ -4,8 +4,9 @@ A real ``streamwhisper serve`` process; each client streams eval read_en clips (
 turn) at real time over one protocol and, per turn, measures:
 
 - ``finalize`` (``commit``, ``audio-stop``): from the client's end-of-turn message (native
-  ``finalize``, Deepgram ``Finalize``, OpenAI Realtime ``input_audio_buffer.commit`` with manual
-  turns, Wyoming ``audio-stop``) to the final text of the turn. The client sends it when its own
+  ``finalize``, Deepgram ``Finalize``, Flux ``ForceEndTurn``, OpenAI Realtime
+  ``input_audio_buffer.commit`` with manual turns, Wyoming ``audio-stop``) to the final text of
+  the turn (Flux: its ``EndOfTurn``). The client sends it when its own
   VAD stops, ``--client-stop`` seconds (default 0.2, as in Pipecat's stt-benchmark) after the
   turn's last voiced frame (webrtcvad), the audio up to there sent first; ``--client-stop end``
   sends it right after the clip's last sample instead (read_en clips end 0.09 s after their last
@@ -186,6 +187,23 @@ DEEPGRAM = Live(
 )
 
 
+
+def _flux_last_end(m: dict) -> float | None:
+    words = m.get("words") if m.get("type") == "TurnInfo" else None
+    return words[-1]["end"] if words else None
+
+
+# Deepgram Flux as LiveKit's STTv2 configures it by default (no eager ends of turn)
+FLUX = Live(
+    "/v2/listen?model=flux-general-en&encoding=linear16&sample_rate=16000",
+    '{"type":"ForceEndTurn"}',
+    '{"type":"CloseStream"}',
+    lambda m: m.get("event") == "EndOfTurn",
+    lambda m: m.get("event") == "EndOfTurn",
+    _flux_last_end,
+)
+
+
 async def realtime_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
     """OpenAI Realtime transcription with manual turns (LiveKit's local VAD + commit, Pipecat's
     default): PCM16 at 24 kHz in ``input_audio_buffer.append``; TTFS from ``commit`` to the
@@ -302,6 +320,7 @@ WYOMING: list[str] = []  # host:port of the daemon's Wyoming listener, once star
 ENDPOINTS: dict[str, tuple[Callable[[str, list[np.ndarray], str], Awaitable[list[float]]], tuple[str, ...]]] = {
     "native": (functools.partial(live_turns, NATIVE), ("finalize", "endpoint")),
     "deepgram": (functools.partial(live_turns, DEEPGRAM), ("finalize", "endpoint")),
+    "deepgram-flux": (functools.partial(live_turns, FLUX), ("finalize", "endpoint")),
     "openai-rest": (openai_rest_turns, ("upload",)),
     "deepgram-rest": (deepgram_rest_turns, ("upload",)),
     "wyoming": (wyoming_turns, ("audio-stop",)),

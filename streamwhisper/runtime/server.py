@@ -1,9 +1,10 @@
 """The daemon: admission control, routing, health/metrics and graceful shutdown.
 
 One port (aiohttp, :mod:`.http`) serves everything: WebSocket streams (``/v1/stream``, native
-protocol; ``/v1/listen``, Deepgram-compatible; ``/``, vosk-server-compatible; ``/v1/realtime``,
-OpenAI Realtime transcription), OpenAI-compatible REST (``/v1/audio/transcriptions``,
-``/v1/audio/translations``, ``/v1/models``: :mod:`.openai_rest`), Deepgram's pre-recorded
+protocol; ``/v1/listen``, Deepgram-compatible; ``/v2/listen``, Deepgram Flux; ``/``,
+vosk-server-compatible; ``/v1/realtime``, OpenAI Realtime transcription), OpenAI-compatible
+REST (``/v1/audio/transcriptions``, ``/v1/audio/translations``, ``/v1/models``:
+:mod:`.openai_rest`), Deepgram's pre-recorded
 ``POST /v1/listen`` (:mod:`.deepgram_prerecorded`), ``GET /healthz``,
 ``GET /readyz`` (free capacity; 503 when full or overloaded), ``GET /metrics`` (Prometheus) and
 the browser captioning page at ``/``. Sessions that break the protocol, exceed a limit or are
@@ -43,7 +44,7 @@ from .agent_check import AgentCheck, agent_reply
 from .config import ServerConfig
 from .connection import Connection
 from .deepgram_prerecorded import DeepgramPrerecorded
-from .dialects import Dialect, deepgram, native, openai_realtime, vosk
+from .dialects import Dialect, deepgram, deepgram_flux, native, openai_realtime, vosk
 from .dialects.wyoming import model_languages
 from .http import HttpFront, WebSocketConnection, check_token, text_response, websocket_response
 from .metrics import Metrics
@@ -121,6 +122,7 @@ class Daemon:
         self._dialects: dict[str, Callable[[], Dialect]] = {
             native.STREAM_PATH: native.NativeDialect,
             deepgram.LISTEN_PATH: deepgram.DeepgramDialect,  # Deepgram live streaming
+            deepgram_flux.PATH: deepgram_flux.FluxDialect,  # Deepgram Flux (turns)
             vosk.PATH: vosk.VoskDialect,  # vosk-server (WebSocket on /; plain GET / is the page)
             openai_realtime.PATH: openai_realtime.RealtimeDialect,  # OpenAI Realtime transcription
         }
