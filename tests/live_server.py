@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
+
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as sync_connect
 
 from streamwhisper.config import Config
 from streamwhisper.model.serving import WhisperRecognizer
@@ -96,3 +100,18 @@ class LiveServer:
     @property
     def http(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+def raw_session(url: str, token: str, send: list[str | bytes]) -> tuple[list[dict], int | None]:
+    """A plain websockets client of a compatible protocol (``url`` with its path and query;
+    Deepgram's ``Authorization: Token``): send, then read every message until the close."""
+    with sync_connect(url, additional_headers={"Authorization": f"Token {token}"}) as ws:
+        for item in send:
+            ws.send(item)
+        messages = []
+        try:
+            while True:
+                messages.append(json.loads(ws.recv(timeout=60)))
+        except ConnectionClosed:
+            pass
+        return messages, ws.close_code

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from live_server import LiveServer
+from live_server import LiveServer, raw_session
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import connect as sync_connect
@@ -228,18 +228,7 @@ def test_deepgram_sdk_finalize_keepalive_and_defaults(dg_server, jfk_audio) -> N
 
 
 def _deepgram_raw(url: str, query: str, send: list[str | bytes]) -> tuple[list[dict], int | None]:
-    """A plain websockets Deepgram client: send, then read everything until the close."""
-    headers = {"Authorization": f"Token {TOKEN}"}
-    with sync_connect(f"{url}/v1/listen?{query}", additional_headers=headers) as ws:
-        for item in send:
-            ws.send(item)
-        messages = []
-        try:
-            while True:
-                messages.append(json.loads(ws.recv(timeout=60)))
-        except ConnectionClosed:
-            pass
-        return messages, ws.close_code
+    return raw_session(f"{url}/v1/listen?{query}", TOKEN, send)
 
 
 def test_deepgram_malformed_input(dg_server, jfk_audio) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from live_server import LiveServer
+from live_server import LiveServer, raw_session
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as sync_connect
 
@@ -376,17 +376,7 @@ def test_livekit_flux_plugin_with_eager_turns(serving_model, clips) -> None:  # 
 
 
 def _raw(url: str, query: str, send: list[str | bytes]) -> tuple[list[dict], int | None]:
-    """A plain websockets Flux client: send, then read everything until the close."""
-    with sync_connect(f"{url}/v2/listen?{query}", additional_headers={"Authorization": f"Token {TOKEN}"}) as ws:
-        for item in send:
-            ws.send(item)
-        messages = []
-        try:
-            while True:
-                messages.append(json.loads(ws.recv(timeout=60)))
-        except ConnectionClosed:
-            pass
-        return messages, ws.close_code
+    return raw_session(f"{url}/v2/listen?{query}", TOKEN, send)
 
 
 @pytest.mark.slow

@@ -157,6 +157,16 @@ def parse_query(query: Mapping[str, str]) -> tuple[wire.SessionSettings, Deepgra
     return settings, options
 
 
+def control_message(text: str, kinds: str) -> tuple[dict[str, Any], str]:
+    """A control message's JSON object and its ``type`` (ProtocolError 1007 without a string
+    one; ``kinds`` names the types the protocol knows, for the error)."""
+    data = wire.parse_json_object(text)
+    kind = data.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(f'a control message needs a string "type" ({kinds})')
+    return data, kind
+
+
 def bare_word(word: str) -> str:
     """A word without surrounding punctuation, lower case (Deepgram's ``word``)."""
     text = word.strip()
@@ -237,10 +247,7 @@ class DeepgramDialect:
         return settings
 
     def parse(self, text: str) -> wire.ClientMessage:
-        data = wire.parse_json_object(text)
-        kind = data.get("type")
-        if not isinstance(kind, str):
-            raise ProtocolError('a control message needs a string "type" (KeepAlive, Finalize or CloseStream)')
+        _, kind = control_message(text, "KeepAlive, Finalize or CloseStream")
         if kind == "KeepAlive":
             return wire.KeepAlive()
         if kind == "Finalize":

@@ -45,6 +45,7 @@ from streamwhisper.events import Error, Event, Final, Partial, SpeechEnded, Spee
 
 from .. import wire
 from . import Texts
+from .deepgram import control_message
 
 PATH = "/v2/listen"
 #: Flux encodings this server decodes, and the native encoding each one is.
@@ -153,10 +154,7 @@ class FluxDialect:
         return settings
 
     def parse(self, text: str) -> wire.ClientMessage:
-        data = wire.parse_json_object(text)
-        kind = data.get("type")
-        if not isinstance(kind, str):
-            raise ProtocolError('a control message needs a string "type" (Configure, ForceEndTurn or CloseStream)')
+        data, kind = control_message(text, "Configure, ForceEndTurn or CloseStream")
         if kind == "KeepAlive":
             return wire.KeepAlive()
         if kind == "CloseStream":
