@@ -124,7 +124,7 @@ class Streamer:
             return end is None or f.end < end + hold // 2
         detector = self._detector
         quiet, began = detector.quiet_samples, detector.last_voiced_end
-        in_pause = bool(hold) and quiet >= hold and self._paused_at != began
+        in_pause = bool(hold) and quiet >= hold and not f.request.urgent and self._paused_at != began
         return in_pause and f.end < began + hold // 2
 
     @property
