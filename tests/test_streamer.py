@@ -689,3 +689,36 @@ def test_a_request_made_inside_a_pause_before_its_own_makes_the_pause_final(lag:
     assert len(at_pause) == 1 and events.index(at_pause[0]) < next(
         i for i, e in enumerate(events) if isinstance(e, SpeechEnded)
     )
+
+
+class DoubtsShortWindows(ToneRecognizer):
+    """Hears the tones, but doubts (probability 0.3) every word of a window holding at most two:
+    a few words cut from their sentence, as at a session that starts mid-utterance ("Ask not!")."""
+
+    def _hear(self, request: RecognitionRequest) -> Hypothesis:
+        heard = super()._hear(request)
+        if len(heard.words) + len(request.prefix) > 2:
+            return heard
+        return replace(heard, words=tuple(replace(w, probability=0.3) for w in heard.words))
+
+
+@pytest.mark.parametrize("gap", [1.2, 4.5])
+def test_words_doubted_alone_are_heard_again_with_the_next_utterance(gap: float) -> None:
+    """An utterance of two words, alone in its windows, is doubted and dropped at its endpoint;
+    an utterance starting within carry_gap_s after it opens its window back over them, and they
+    are heard there, in context. After a longer pause they stay dropped (nothing there to tell
+    them from a hallucination on noise), and the ring keeps only the pre-roll in between."""
+    short = [(1, 0.5, 0.8), (2, 0.9, 1.2)]
+    after = [(10 + i, 1.2 + gap + 0.45 * i, 1.5 + gap + 0.45 * i) for i in range(6)]
+    audio, spoken = tone_words(9.0, [*short, *after])
+    recognizer = DoubtsShortWindows()
+    streamer = Streamer(vad=EnergyVad())
+    events = feed_all(streamer, recognizer, audio, [480])
+    ended = [i for i, e in enumerate(events) if isinstance(e, SpeechEnded)]
+    assert len(ended) == 2 and not [e for e in events[: ended[0]] if isinstance(e, Final) and e.words]
+    if gap < StreamingConfig().carry_gap_s:
+        check_stream(events, spoken)  # none lost
+        assert min(r.start for r in recognizer.requests if r.end > after[0][2]) < short[0][1]
+    else:
+        check_stream(events, spoken[len(short) :])
+        assert min(r.start for r in recognizer.requests if r.end > after[0][2]) > short[-1][2]

@@ -85,6 +85,23 @@ def test_a_lagging_worker_loses_no_word(model: Whisper, clips: dict[str, Clip]) 
     assert "ask what you can do for your country" in normalize(text), text
 
 
+@pytest.mark.parametrize("cut_s", [2.0, 3.0])
+def test_a_session_that_starts_mid_utterance_keeps_the_words_of_its_first_pause(
+    model: Whisper, clips: dict[str, Clip], cut_s: float
+) -> None:
+    """A session that begins inside a sentence (a client moved to a standby daemon): its first
+    utterance, "... Ask not!" and the 1 s pause after it, is doubted alone (word probabilities
+    0.3-0.45) and dropped at its endpoint; the next utterance's window opens back over it and
+    hears it, in context, with "what your country can do for you"."""
+    from benchmarks.streaming import SimulatedTimer
+
+    audio = load_audio(clips["en_jfk"].wav)[round(cut_s * 16000) :]
+    events = replay(Streamer(), WhisperRecognizer(model), audio, timer=SimulatedTimer(0.3)).events
+    text = normalize(" ".join(f.text for f in check_invariants(events)))
+    assert "ask not what your country can do for you" in text, text
+    assert text.count("ask not") == 1, text
+
+
 def test_long_speech_streams_close_to_offline(model: Whisper, clips: dict[str, Clip]) -> None:
     """45 s of read speech, sentences 0.7 s apart: several windows, trims and pause endpoints."""
     audio, reference = joined(LONG_CLIPS, gap_s=0.7)
@@ -108,8 +125,16 @@ def test_nonspeech_clips_give_no_final(model: Whisper, clips: dict[str, Clip]) -
 def test_bench_command_prints_the_figures(capsys: pytest.CaptureFixture[str], clips: dict[str, Clip]) -> None:
     assert main(["bench", str(clips["en_jfk"].wav), "--unaware", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    for key in ("final_latency_p50", "final_latency_p95", "partial_latency_p50",
-                "partial_latency_p95", "revision_rate", "rtf", "peak_rss_mb", "audio_seconds"):
+    for key in (
+        "final_latency_p50",
+        "final_latency_p95",
+        "partial_latency_p50",
+        "partial_latency_p95",
+        "revision_rate",
+        "rtf",
+        "peak_rss_mb",
+        "audio_seconds",
+    ):
         assert key in summary, key
     assert summary["audio_seconds"] == pytest.approx(11.0, abs=0.05)
     assert summary["files"] == 1 and summary["mode"] == "computation-unaware"

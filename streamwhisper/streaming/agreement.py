@@ -19,7 +19,8 @@ hypothesis describes. Invariants the policy keeps:
   with those words as a forced prefix (:meth:`CommitPolicy.context`), so the model continues
   after them: nothing is duplicated or lost at the commit point and no word is cut in two; a
   window reopened over an utterance that closed at a pause decodes its words again, and those
-  ending by the commit point (which lies in the pause) are dropped;
+  ending by the commit point (which lies in the pause) are dropped; an utterance whose words were
+  all dropped as doubted leaves the commit point before them, for the next window to hear;
 - when the caller trims its audio at ``committed_end`` (a long utterance), the next window
   starts where the last committed word ends; words of that window ending at or before the
   commit point, or repeating the committed tail right at the boundary, are dropped.
@@ -85,6 +86,7 @@ class CommitPolicy:
         self._prompt = ""
         self._closed_prompt = ""  # the prompt as a finished sentence
         self._unheard = False  # a reopened window of this utterance heard nothing new
+        self._doubted: tuple[float, float] | None = None  # an utterance's words dropped as doubted
 
     @property
     def committed_end(self) -> float:
@@ -136,6 +138,7 @@ class CommitPolicy:
         )
         if reason:
             logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
+        doubted = (window_start, window_end) if endpoint and reason == "low_word_probability" else None
         placed = self._place(words, window_start, window_end, prefixed)
         if not placed and self._rehears(window_start):
             # Heard again, the committed words can end the decoding ("... of about 1455."
@@ -149,7 +152,7 @@ class CommitPolicy:
                 while placed and placed[-1].end >= window_end - CUT_MARGIN_S:
                     placed.pop()
             self._pending, self._seen = placed, [1] * len(placed)
-            return self.close(window_end, speech_goes_on=speech_goes_on)
+            return self.close(window_end, speech_goes_on=speech_goes_on, doubted=doubted)
         cfg = self._config
         # Hypotheses of the first seconds of an utterance are guesses (Whisper needs context):
         # no commits until it is min_commit_window_s long (a trimmed window keeps its prompt).
@@ -184,7 +187,9 @@ class CommitPolicy:
         events.extend(self._refresh_partial())
         return events
 
-    def close(self, end: float, *, speech_goes_on: bool = False) -> list[Event]:
+    def close(
+        self, end: float, *, speech_goes_on: bool = False, doubted: tuple[float, float] | None = None
+    ) -> list[Event]:
         """End the utterance at ``end``: the pending words become an endpoint ``Final``.
 
         The final is emitted when it has words or when the utterance already produced finals
@@ -192,41 +197,36 @@ class CommitPolicy:
         ``speech_goes_on`` (a forced endpoint inside speech): the commit point stays after the
         last committed word, so a word cut by ``end`` is heard again by the next utterance,
         whose first words repeating the committed ones are dropped.
+        ``doubted``: the window of the utterance's last hypothesis, whose words were dropped as
+        doubted: the commit point stays before them, for a window reopened over them (:meth:`reopen_point`).
         """
         events: list[Event] = []
+        self._doubted = None if speech_goes_on else doubted
         if self._pending or self._finals_in_utterance:
             events.append(self._commit(self._pending, endpoint=True))
         elif self._shown:
             events.append(self._partial(()))
-        self._pending, self._seen = [], []
-        self._shown = ""
-        self._finals_in_utterance = 0
-        self._utterance_start = None
-        self._unheard = False
+        self._pending, self._seen, self._shown, self._finals_in_utterance = [], [], "", 0
+        self._utterance_start, self._unheard = None, False
         if speech_goes_on:
             self._soft_boundary = bool(self._tail)
         else:
-            self._committed_end = max(self._committed_end, end)
+            if doubted is None:  # (else the commit point stays before the doubted words)
+                self._committed_end = max(self._committed_end, end)
             self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
         return events
 
     def commit_pending(self) -> list[Event]:
         """Commit every pending word now as an endpoint ``Final`` (a client's short endpointing:
         the speaker paused), keeping the utterance open; nothing when no word is pending."""
-        if not self._pending:
-            return []
-        final = self._commit(self._pending, endpoint=True)
+        events: list[Event] = [self._commit(self._pending, endpoint=True)] if self._pending else []
         self._pending, self._seen = [], []
-        return [final]
+        return events
 
     def force_commit(self, before: float) -> list[Event]:
-        """Commit, without agreement, the pending words that end by ``before`` (seconds).
-
-        Used when the uncommitted audio nears the window limit.
-        """
-        n = 0
-        while n < len(self._pending) and self._pending[n].end <= before:
-            n += 1
+        """Commit, without agreement, the pending words that end by ``before`` (seconds): the
+        uncommitted audio nears the window limit."""
+        n = next((i for i, w in enumerate(self._pending) if w.end > before), len(self._pending))
         if not n:
             return []
         events: list[Event] = [self._commit(self._pending[:n], endpoint=False)]
@@ -264,11 +264,14 @@ class CommitPolicy:
         """Where a new utterance starting at ``start`` may open its window: back over the
         committed words of the last ``keep_s`` seconds (:meth:`trim_point`, at most ``keep_s +
         gap_s`` before the last word's end) when the last of them ended within ``gap_s`` of
-        ``start``; ``start`` itself otherwise (also when ``gap_s`` is 0)."""
-        last = self.last_word_end
-        if not gap_s or last is None or start > last + gap_s:
-            return start
-        return min(start, max(self.trim_point(keep_s), last - keep_s - gap_s))
+        ``start``; also back to the words of the last utterance, dropped as doubted (see :meth:`close`),
+        when it ended within ``gap_s`` of ``start``; ``start`` itself otherwise (or when ``gap_s`` is 0)."""
+        last, point = self.last_word_end, start
+        if gap_s and last is not None and start <= last + gap_s:
+            point = min(start, max(self.trim_point(keep_s), last - keep_s - gap_s))
+        if gap_s and self._doubted is not None and start <= self._doubted[1] + gap_s:
+            point = min(point, max(self._doubted[0], start - keep_s - gap_s))
+        return point
 
     def context(self, window_start: float) -> tuple[str, str]:
         """(prompt, prefix) text for a window starting at ``window_start`` seconds.

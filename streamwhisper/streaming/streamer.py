@@ -154,7 +154,7 @@ class Streamer:
                 logger.warning("audio ring full: uncommitted audio dropped (recognition too slow)")
             self._overflowing = True
         events = [e for boundary in self._detector.feed(x) for e in self._on_boundary(boundary)]
-        if not self._active:  # hours of silence keep only the pre-roll (and what a next utterance carries)
+        if not (self._active or self._inflight):  # silence keeps the pre-roll and what may be carried
             self._audio.forget_before(self._carry_start(align_down(self._audio.end - self._quiet_keep)))
         events.extend(self._settle())
         return events
