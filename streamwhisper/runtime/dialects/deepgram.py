@@ -99,7 +99,7 @@ def _clamp_endpoint(ms: int) -> int:
     return min(max(ms, low), high)
 
 
-def _language(value: str) -> str | None:
+def language_code(value: str) -> str | None:
     """A BCP-47 tag ("en-US"), a code or "multi" -> a Whisper language code, or None to detect."""
     text = value.strip().lower()
     if text in ("multi", "auto", ""):
@@ -128,7 +128,7 @@ def parse_query(query: Mapping[str, str]) -> tuple[wire.SessionSettings, Deepgra
         if name in query:
             native[name] = query[name]
     if "language" in query:
-        native["language"] = _language(query["language"])
+        native["language"] = language_code(query["language"])
     interim = _flag("interim_results", query["interim_results"]) if "interim_results" in query else False
     native["interim_results"] = interim
     punctuate = any(_flag(name, query[name]) for name in ("punctuate", "smart_format") if name in query)

@@ -45,7 +45,7 @@ from streamwhisper.events import Error, Event, Final, Partial, SpeechEnded, Spee
 
 from .. import wire
 from . import Texts
-from .deepgram import control_message
+from .deepgram import control_message, language_code
 
 PATH = "/v2/listen"
 #: Flux encodings this server decodes, and the native encoding each one is.
@@ -113,7 +113,7 @@ def parse_query(query: Mapping[str, str]) -> tuple[wire.SessionSettings, FluxOpt
     if query.get("model", "").strip().lower().endswith("-multi"):
         native["language"] = None  # flux-general-multi: detect, unless hinted
     if query.get("language_hint", "").strip():
-        native["language"] = wire.normalize_language(query["language_hint"].replace("_", "-").split("-", 1)[0])
+        native["language"] = language_code(query["language_hint"])
     options = with_thresholds(FluxOptions(), query)
     if options.eager_eot_threshold is not None:
         native["endpointing_ms"] = EAGER_PAUSE_MS  # the session's pause finals
