@@ -212,7 +212,10 @@ def test_a_short_hypothesis_with_one_doubted_word_is_dropped() -> None:
 SAID = [(f" {w}", 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i, w in enumerate(["one", "two", "three", "four", "five", "six"])]
 
 
-def committed_six(config: PolicyConfig = AGREEMENT) -> CommitPolicy:
+COPY_GUARD = dataclasses.replace(AGREEMENT, copy_min_words=5)  # off by default
+
+
+def committed_six(config: PolicyConfig = COPY_GUARD) -> CommitPolicy:
     """A policy that committed "one two three four five six" (ending at 2.8 s)."""
     p = CommitPolicy(config)
     p.observe(hyp(SAID), 0.0, 3.0)
@@ -225,7 +228,7 @@ def later(words: str, start: float = 3.0) -> list[tuple[str, float, float]]:
 
 
 def test_a_run_of_five_committed_words_is_dropped_as_a_prompt_copy() -> None:
-    assert (PolicyConfig().copy_min_words, PolicyConfig().copy_lookback_words) == (5, 32)
+    assert (PolicyConfig().copy_min_words, PolicyConfig().copy_lookback_words) == (0, 32)
     p = committed_six()
     # The model copies five committed words (the prompt) into new audio: they are dropped.
     events = p.observe(hyp(later("seven two three four five six eight"), 2.8), 2.8, 6.0)
@@ -261,9 +264,9 @@ def test_a_prefixed_window_repeating_the_last_committed_words_drops_them() -> No
 
 def test_copy_guard_lookback_and_switch() -> None:
     # Committed words older than copy_lookback_words are not compared.
-    p = committed_six(dataclasses.replace(AGREEMENT, copy_lookback_words=5))
+    p = committed_six(dataclasses.replace(COPY_GUARD, copy_lookback_words=5))
     events = p.observe(hyp(later("one two three four five eight"), 2.8), 2.8, 6.0)
     assert texts(events) == [("Partial", "one two three four five eight")]
-    p = committed_six(dataclasses.replace(AGREEMENT, copy_min_words=0))  # 0 disables the guard
+    p = committed_six(AGREEMENT)  # 0, the default, disables the guard
     events = p.observe(hyp(later("seven two three four five six eight"), 2.8), 2.8, 6.0)
     assert texts(events) == [("Partial", "seven two three four five six eight")]

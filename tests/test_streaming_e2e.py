@@ -102,6 +102,23 @@ def test_a_session_that_starts_mid_utterance_keeps_the_words_of_its_first_pause(
     assert text.count("ask not") == 1, text
 
 
+def test_a_sentence_said_again_is_transcribed_again(model: Whisper, clips: dict[str, Clip]) -> None:
+    """jfk three times, 1 s apart: each time its words are final. A guard that took a run of
+    words repeating the committed text for the decoder copying its prompt (copy_min_words = 5)
+    dropped most of the second and third ("And so my fellow Americans! asked not ask not!")."""
+    from benchmarks.streaming import SimulatedTimer
+
+    clip = clips["en_jfk"]
+    gap = np.zeros(16000, np.float32)
+    audio = load_audio(clip.wav)
+    events = replay(
+        Streamer(), WhisperRecognizer(model), np.concatenate([audio, gap, audio, gap, audio]), timer=SimulatedTimer(0.3)
+    ).events
+    text = " ".join(f.text for f in check_invariants(events))
+    assert word_error_rate([" ".join([clip.reference] * 3)], [text]) <= 0.1, text
+    assert normalize(text).count("what your country can do for you") == 3, text
+
+
 def test_long_speech_streams_close_to_offline(model: Whisper, clips: dict[str, Clip]) -> None:
     """45 s of read speech, sentences 0.7 s apart: several windows, trims and pause endpoints."""
     audio, reference = joined(LONG_CLIPS, gap_s=0.7)

@@ -79,10 +79,10 @@ class PolicyConfig:
     # but final latency p95 5.2 s instead of 2.8 s, so it is off by default.
     commit_min_probability: float = 0.0
     # A run of copy_min_words words repeating the last copy_lookback_words committed words is
-    # a copy of the prompt, not speech (0 disables the guard). The lookback covers the prompt
-    # (what the decoder can copy); a longer one drops real repeated phrases (streamed longform
-    # WER 7.4 % with 60, 6.9 % with 32, as with no guard).
-    copy_min_words: int = 5
+    # taken for a copy of the prompt, not speech (0 disables the guard). Off: it dropped a
+    # sentence said again (jfk three times, 1 s apart: most of the second and third lost) and
+    # changed no word of the eval sets (longform, read_en's hard, nonspeech, the conversations).
+    copy_min_words: int = 0
     copy_lookback_words: int = 32
     condition_on_committed: bool = True
     # After a pause, a prompt whose last word has no punctuation ends with a full stop (only in

@@ -1,17 +1,17 @@
 """Screening a hypothesis: which of its words look like speech rather than a hallucination.
 
 Whisper writes text where there is none (silence, music, noise: "Thank you.", "♪", a stock
-outro), loops on short audio ("the the the ...", a sentence said twice) and copies its prompt when
-a window holds little new audio. Two kinds of guard catch this, both pure functions of what they
-are given:
+outro), loops on short audio ("the the the ...", a sentence said twice) and may copy its prompt
+when a window holds little new audio. Two kinds of guard catch this, both pure functions of what
+they are given:
 
 - :func:`screen` judges a hypothesis on its own: no-speech and log-probability limits, the
   words' probabilities, non-lexical captions, stock phrases, short samples at a fallback
   temperature and the compression ratio reject it whole; an n-gram loop is cut after its first
   occurrence;
 - :func:`drop_copied_runs` and :func:`drop_repeated_tail` judge placed words against the words
-  already committed: runs copied from the committed text, and a repeat of the committed tail
-  right after the commit point, are dropped.
+  already committed: runs copied from the committed text (off by default: real speech repeats
+  sentences too), and a repeat of the committed tail right after the commit point, are dropped.
 
 Words are compared in the form :func:`normalize_word` gives them.
 """
