@@ -1,9 +1,11 @@
 """Deepgram Flux (``/v2/listen``): the dialect's turns from native events, then a real daemon with
-tiny.en driven by the official Deepgram SDK (``listen.v2``) and a plain websockets client sending
-what a broken client sends."""
+tiny.en driven by the official Deepgram SDK (``listen.v2``), LiveKit's ``deepgram.STTv2`` and a
+plain websockets client sending what a broken client sends."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import importlib
 import json
 import threading
@@ -22,6 +24,7 @@ from websockets.sync.client import connect as sync_connect
 from benchmarks.scoring import word_error_rate
 from streamwhisper.audio.convert import float32_to_pcm_s16le
 from streamwhisper.audio.files import load_audio
+from streamwhisper.config import Config
 from streamwhisper.errors import ProtocolError
 from streamwhisper.events import Final, Partial, SpeechEnded, SpeechStarted, Word
 from streamwhisper.runtime import wire
@@ -309,6 +312,67 @@ def test_deepgram_sdk_force_end_turn(flux_server, jfk_audio) -> None:  # type: i
     ends = [m for m in messages if getattr(m, "event", None) == "EndOfTurn"]
     assert len(ends) == 1 and ends[0].trigger == "manual" and ends[0].turn_index == 0, messages
     assert "fellow americans" in ends[0].transcript.lower(), ends[0].transcript
+
+
+@pytest.mark.slow
+def test_livekit_flux_plugin_with_eager_turns(serving_model, clips) -> None:  # type: ignore[no-untyped-def]
+    """LiveKit's ``deepgram.STTv2`` with ``eager_eot_threshold``, on a server whose endpoint is
+    2 s: at each 3 s pause the words are final (a preflight transcript: the agent may start its
+    answer) well before the turn ends (a final transcript and an end of speech per sentence)."""
+    aiohttp = pytest.importorskip("aiohttp")
+    rtc = pytest.importorskip("livekit.rtc")
+    plugin = pytest.importorskip("livekit.plugins.deepgram")
+    agents_stt = pytest.importorskip("livekit.agents.stt")
+    names = LJ[:2]
+    gap = np.zeros(3 * 16000, np.float32)
+    audio = np.concatenate([part for name in names for part in (load_audio(clips[name].wav), gap)])
+    references = [clips[name].reference for name in names]
+    base = Config().streaming
+    streaming = dataclasses.replace(base, vad=dataclasses.replace(base.vad, endpoint_ms=2000))
+
+    async def stream() -> list[Any]:
+        events: list[Any] = []
+        async with aiohttp.ClientSession() as http:
+            stt = plugin.STTv2(api_key=TOKEN, base_url=url + "/v2/listen", http_session=http, eager_eot_threshold=0.4)
+            speech = stt.stream()
+
+            async def read() -> None:
+                async for event in speech:
+                    events.append(event)
+
+            reader = asyncio.create_task(read())
+            chunk = 1600
+            for i in range(0, len(audio), chunk):
+                pcm = np.frombuffer(float32_to_pcm_s16le(audio[i : i + chunk]), np.int16)
+                speech.push_frame(rtc.AudioFrame(pcm.tobytes(), 16000, 1, len(pcm)))
+                await asyncio.sleep(chunk / 16000)  # the source's pace (real time), not a wait for a result
+            speech.end_input()
+            await asyncio.wait_for(reader, 120)
+            await stt.aclose()
+        return events
+
+    with LiveServer(serving_model, streaming=streaming, auth_token=TOKEN) as server:
+        url = server.url
+        events = asyncio.run(stream())
+    kinds = agents_stt.SpeechEventType
+    shown = [e for e in events if e.type not in (kinds.INTERIM_TRANSCRIPT, kinds.RECOGNITION_USAGE)]
+    turns: list[list[Any]] = [[]]
+    for event in shown:
+        turns[-1].append(event)
+        if event.type == kinds.END_OF_SPEECH:
+            turns.append([])
+    assert turns.pop() == [] and len(turns) == len(names), [e.type for e in shown]
+    for turn in turns:  # a breath inside a sentence may be an eager end of its own (the turn resumed)
+        kinds_seen = [e.type for e in turn]
+        assert kinds_seen[0] == kinds.START_OF_SPEECH and kinds_seen[-2:] == [
+            kinds.FINAL_TRANSCRIPT,
+            kinds.END_OF_SPEECH,
+        ]
+        assert set(kinds_seen[1:-2]) == {kinds.PREFLIGHT_TRANSCRIPT}, kinds_seen
+        # the speaker stayed quiet after the last eager end: the turn's text is its preflight's
+        assert turn[-3].alternatives[0].text == turn[-2].alternatives[0].text
+    finals = [turn[-2].alternatives[0].text for turn in turns]
+    assert word_error_rate([" ".join(references)], [" ".join(finals)]) <= 0.12, finals
 
 
 def _raw(url: str, query: str, send: list[str | bytes]) -> tuple[list[dict], int | None]:
