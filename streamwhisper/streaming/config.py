@@ -81,7 +81,7 @@ class PolicyConfig:
     # A run of copy_min_words words repeating the last copy_lookback_words committed words is
     # taken for a copy of the prompt, not speech (0 disables the guard). Off: it dropped a
     # sentence said again (jfk three times, 1 s apart: most of the second and third lost) and
-    # changed no word of the eval sets (longform, read_en's hard, nonspeech, the conversations).
+    # changed no word of the eval sets (longform, read_en, hard, nonspeech, the conversations).
     copy_min_words: int = 0
     copy_lookback_words: int = 32
     condition_on_committed: bool = True
