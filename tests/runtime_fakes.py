@@ -101,10 +101,12 @@ class Gate:
 
 
 def hear(request: RecognitionRequest) -> Hypothesis:
-    """What the fake speaker said inside the request's window (times relative to its start)."""
+    """What the fake speaker said inside the request's window (times relative to its start),
+    after its forced prefix (one token per word, :func:`fake_encode`): as the model does, the
+    hypothesis goes on after the committed words the window holds."""
     first, last = int(request.start / WORD_S), int(request.end / WORD_S) + 1
-    words = [spoken(i) for i in range(first, last)]
-    return hyp([w for w in words if request.start <= w[1] and w[2] <= request.end], request.start)
+    words = [w for w in map(spoken, range(first, last)) if request.start <= w[1] and w[2] <= request.end]
+    return hyp(words[len(request.prefix) + len(request.prefix_text.split()) :], request.start)
 
 
 def request(key: object, endpoint: bool = False, urgent: bool | None = None) -> RecognitionRequest:
