@@ -25,7 +25,7 @@ setup: $(VENV)/.setup
 
 setup-test: $(VENV)/.setup-test
 
-# libportaudio2 and chromium: installed with apt-get as root, else one line naming the command
+# libportaudio2, chromium, haproxy and nginx: installed with apt-get as root, else one line naming the command
 system-packages:
 	@sh tools/system_packages.sh $(PYTHON)
 
