@@ -131,6 +131,8 @@ def nonspeech_audio() -> dict[str, np.ndarray]:
 
 # four read_en clips, 45 s together: audio longer than one 30 s window
 LONG_CLIPS = ("en_ls_dev_1272-141231-0002", "en_ls_dev_2412-153948-0000", "en_lj_LJ001-0014", "en_lj_LJ001-0003")
+# four LJ Speech sentences, one reader: the short-endpointing and Flux turn tests say them 0.8 s apart
+LJ = ("en_lj_LJ001-0003", "en_lj_LJ001-0014", "en_lj_LJ001-0016", "en_lj_LJ001-0028")
 
 
 def joined(clip_ids: tuple[str, ...], gap_s: float) -> tuple[np.ndarray, str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import LJ
 from hypothesis import given
 from hypothesis import strategies as st
 from live_server import LiveServer, raw_session
@@ -32,7 +33,6 @@ from streamwhisper.runtime.dialects import SessionInfo
 from streamwhisper.runtime.dialects.deepgram_flux import FluxDialect
 
 TOKEN = "flux-local"
-LJ = ("en_lj_LJ001-0003", "en_lj_LJ001-0014", "en_lj_LJ001-0016", "en_lj_LJ001-0028")
 
 
 def words(*spec: tuple[str, float, float]) -> tuple[Word, ...]:

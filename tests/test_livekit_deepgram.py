@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
+from conftest import LJ
 from live_server import LiveServer
 
 from benchmarks.scoring import word_error_rate
@@ -24,7 +25,6 @@ agents_stt = pytest.importorskip("livekit.agents.stt")
 
 JFK = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 TOKEN = "lk-local"
-LJ = ("en_lj_LJ001-0003", "en_lj_LJ001-0014", "en_lj_LJ001-0016", "en_lj_LJ001-0028")
 
 
 @pytest.fixture(scope="module")

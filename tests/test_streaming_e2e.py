@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 from itertools import pairwise
 
 import numpy as np
 import pytest
-from conftest import LONG_CLIPS, joined, nonspeech_audio
+from conftest import LJ, LONG_CLIPS, joined, nonspeech_audio
 
-from benchmarks.scoring import Clip, normalize, word_error_rate
+from benchmarks.scoring import SENTENCE_MARK, Clip, normalize, word_error_rate
 from streamwhisper.audio.files import load_audio
 from streamwhisper.cli import main
 from streamwhisper.events import Final, Partial
@@ -121,7 +120,6 @@ def test_a_sentence_said_again_is_transcribed_again(model: Whisper, clips: dict[
     assert normalize(text).count("what your country can do for you") == 3, text
 
 
-LJ = ("en_lj_LJ001-0003", "en_lj_LJ001-0014", "en_lj_LJ001-0016", "en_lj_LJ001-0028")
 BREATH_MARKS = pytest.mark.xfail(
     strict=True,
     reason="issue 21 item 4: a pause final ends with Whisper's full stop at a breath inside a "
@@ -130,22 +128,19 @@ BREATH_MARKS = pytest.mark.xfail(
 
 
 @pytest.mark.parametrize("cost", [pytest.param(0.2, marks=BREATH_MARKS), 0.3])
-def test_a_short_endpointing_puts_no_sentence_mark_at_every_breath(
-    model: Whisper, clips: dict[str, Clip], cost: float
-) -> None:
+def test_a_short_endpointing_puts_no_sentence_mark_at_every_breath(model: Whisper, cost: float) -> None:
     """Pause finals (a client's endpointing=25) against the 500 ms endpoint on four LJ sentences
     0.8 s apart, on a replayed schedule (each request costing ``cost`` s): at most two more
     sentence marks (at 0.3 s both give 3; at 0.2 s, 7 against 3). LiveKit's live test checks
     its client; this bound is the schedule's."""
     from benchmarks.streaming import SimulatedTimer
 
-    gap = np.zeros(int(0.8 * 16000), np.float32)
-    audio = np.concatenate([part for name in LJ for part in (load_audio(clips[name].wav), gap)])
+    audio, _ = joined(LJ, gap_s=0.8)
     marks = []
     for config in (StreamingConfig(pause_final=True, pause_hold_ms=100), StreamingConfig()):
         events = replay(Streamer(config), WhisperRecognizer(model), audio, timer=SimulatedTimer(cost)).events
         text = " ".join(f.text for f in check_invariants(events) if f.text)
-        marks.append(len(re.findall(r"[.?!](?:\s|$)", text)))
+        marks.append(len(SENTENCE_MARK.findall(text)))
     assert marks[0] <= marks[1] + 2, marks
 
 
