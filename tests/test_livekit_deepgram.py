@@ -10,12 +10,11 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
-from conftest import LJ
+from conftest import LJ, joined
 from live_server import LiveServer
 
 from benchmarks.scoring import word_error_rate
 from streamwhisper.audio.convert import float32_to_pcm_s16le
-from streamwhisper.audio.files import load_audio
 
 pytestmark = pytest.mark.slow  # end to end: the real model
 
@@ -72,13 +71,11 @@ async def _stream(url: str, audio: np.ndarray, endpointing_ms: int, speed: float
     return events
 
 
-def test_a_stream_with_endpointing_25_is_as_accurate_as_the_default(server, clips) -> None:  # type: ignore[no-untyped-def]
+def test_a_stream_with_endpointing_25_is_as_accurate_as_the_default(server) -> None:  # type: ignore[no-untyped-def]
     """LiveKit's default endpointing_ms=25 gets a final marked speech_final at pauses (END_OF_SPEECH
     events), and the words are the ones the server's own 500 ms endpoint gives: the pauses are not
     decoded alone."""
-    gap = np.zeros(int(0.8 * 16000), np.float32)
-    audio = np.concatenate([part for name in LJ for part in (load_audio(clips[name].wav), gap)])
-    reference = " ".join(clips[name].reference for name in LJ)
+    audio, reference = joined(LJ, 0.8)
     url = server.http + "/v1/listen"
     texts, ends = {}, {}
     for endpointing in (25, 500):  # LiveKit's default, and the server's own endpoint
