@@ -140,15 +140,23 @@ async def test_a_refused_client_still_sending_its_message_is_not_reset() -> None
 # --- refuse_lag_s and degrade_lag_s: a worker the test holds --------------------------------------
 
 
-async def _lag_behind(ws: ClientConnection, recognizer: TimedRecognizer, audio: np.ndarray) -> None:
+async def _lag_behind(daemon: Daemon, ws: ClientConnection, recognizer: TimedRecognizer, audio: np.ndarray) -> None:
     """Stream 3 s (answered at once), then hold the worker and stream 3 s more, until a request
-    of this stream is held in the worker."""
+    of this stream is held in the worker and the server has taken in all 6 s (the lag runs
+    from when the audio arrived: audio still unread when the test moves the clock would arrive
+    after it)."""
     await recv_json(ws)
     await send_audio(ws, audio[: 3 * SR])
     await read_until(ws, is_partial)
     recognizer.hold()
     await send_audio(ws, audio[3 * SR : 6 * SR])
     assert await asyncio.to_thread(recognizer.entered.wait, 10), "no request reached the worker"
+    for _ in range(1000):  # the server reads on: yield to it (the clock stays where it is)
+        if daemon.metrics.registry.get_sample_value("streamwhisper_audio_seconds_total") >= 6.0 - 1e-6:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the server did not take in the 6 s sent")
 
 
 async def _finish(ws: ClientConnection) -> list[dict[str, Any]]:
@@ -167,7 +175,7 @@ async def test_new_sessions_are_refused_with_1013_overloaded_while_the_mean_lag_
         url = stream_url(daemon, HOLD)
         async with connect(url) as ws:
             try:
-                await _lag_behind(ws, recognizer, jfk_audio)
+                await _lag_behind(daemon, ws, recognizer, jfk_audio)
                 advance(3.0)  # the held request waits 3 s: under the limit
                 status, ready = await readiness(daemon)
                 assert status == 200 and ready["ready"] and 3.0 <= ready["mean_lag_s"] < 4.0, ready
@@ -193,7 +201,7 @@ async def _status_after_holding(audio: np.ndarray, held_s: float) -> tuple[dict[
     recognizer = TimedRecognizer()
     async with running_daemon(recognizer, degrade_lag_s=1.5) as daemon, connect(stream_url(daemon, HOLD)) as ws:
         try:
-            await _lag_behind(ws, recognizer, audio)
+            await _lag_behind(daemon, ws, recognizer, audio)
             advance(held_s)
         finally:
             recognizer.release()
