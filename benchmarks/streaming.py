@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step", type=float, help="seconds of new audio between recognitions")
     parser.add_argument("--transcripts", action="store_true", help="print each clip's streamed and offline text")
     parser.add_argument("--offline-cache", type=Path, metavar="DIR", help="keep offline transcripts here for reuse")
+    parser.add_argument(
+        "--late", type=float, metavar="S", help="list each word whose final came more than S seconds after its audio"
+    )
     _add_model_flags(parser)
     args = parser.parse_args(argv)
 
@@ -170,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
             f"stream {edits} offline {offline}",
             file=sys.stderr,
         )
+        for word, end, final_at in run.final_times if args.late is not None else ():
+            if final_at - end > args.late:
+                late = f"{final_at - end:5.2f} s: {word.strip()!r} (audio to {end:.2f} s, final at {final_at:.2f} s)"
+                print(f"  late {late}", file=sys.stderr)
         if args.transcripts:
             print(f"  stream : {run.stream_text}\n  offline: {run.offline_text}", file=sys.stderr)
     summary = {

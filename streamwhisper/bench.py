@@ -65,6 +65,7 @@ class StreamRun:
     partial_latency: list[float] = field(default_factory=list)
     revisions: int = 0
     final_words: int = 0
+    final_times: list[tuple[str, float, float]] = field(default_factory=list)  # (word, audio end, final at)
     ttfs: float | None = None
 
 
@@ -103,8 +104,9 @@ def score_latency(
             offline_end = offline_words[block.b + k][1]
             if abs(offline_end - audio_end[block.a + k]) <= MATCH_WITHIN_S:
                 audio_end[block.a + k] = offline_end
-    for i, ((_, _, final_at), end) in enumerate(zip(finals, audio_end, strict=True)):
+    for i, ((word, _, final_at), end) in enumerate(zip(finals, audio_end, strict=True)):
         run.final_latency.append(max(0.0, final_at - end))
+        run.final_times.append((word, end, final_at))
         first = next((at for at, shown in snapshots if len(shown) > i and shown[i] == stream_keys[i]), final_at)
         run.partial_latency.append(max(0.0, min(first, final_at) - end))
 

@@ -31,6 +31,8 @@ def test_latency_takes_the_offline_time_of_a_word_only_when_it_is_the_same_word(
     score_latency(run, timeline, offline)
     assert run.final_words == 4
     assert run.final_latency == pytest.approx([1.5, 1.1, 0.5, 0.5])  # 54.0 - 53.5, not 54.0 - 38.7
+    # each word with the audio end its latency counts from (for streaming.py --late)
+    assert [(w, round(end, 2), at) for w, end, at in run.final_times][-2:] == [(" left.", 2.1, 2.6), (" I", 53.5, 54.0)]
 
 
 def test_bench_summary_splits_the_real_time_factor_of_speech_and_non_speech() -> None:
