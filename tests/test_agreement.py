@@ -528,3 +528,19 @@ def test_golden_boundary_repeat_is_dropped() -> None:
         ],
         config=TRIM_AT_COMMIT,
     )
+
+
+@pytest.mark.parametrize(("mark_probability", "kept"), [(0.5, False), (0.95, True)])
+def test_a_pause_final_keeps_its_full_stop_only_when_the_decoder_is_sure_of_it(
+    mark_probability: float, kept: bool
+) -> None:
+    """A window that ends at a breath ends with a full stop ("impressions, from wood blocks."):
+    a pause final (a client's short endpointing) drops it when the decoder gave the mark a
+    probability below pause_stop_min_probability (0.9), and keeps it otherwise."""
+    p = CommitPolicy(AGREEMENT)
+    said = hyp([(" from", 0.1, 0.4), (" wood", 0.5, 0.8), (" blocks.", 0.9, 1.3)])
+    last = dataclasses.replace(said.words[-1], mark_probability=mark_probability)
+    p.observe(dataclasses.replace(said, words=(*said.words[:-1], last)), 0.0, 1.5)
+    (final,) = p.commit_pending()
+    assert final.endpoint and final.text == ("from wood blocks." if kept else "from wood blocks")
+    assert p.prompt.endswith(final.words[-1].word)  # the committed text as the client has it

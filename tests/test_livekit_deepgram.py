@@ -86,7 +86,7 @@ def test_a_stream_with_endpointing_25_is_as_accurate_as_the_default(server) -> N
     short, long = texts[25], texts[500]
     assert word_error_rate([reference], [short]) <= 0.12, short
     assert word_error_rate([reference], [short]) <= word_error_rate([reference], [long]) + 0.04, (short, long)
-    # (sentence marks at breaths: test_streaming_e2e's replayed schedules, a strict xfail on one)
+    # (sentence marks at breaths: test_streaming_e2e's replayed schedules)
     # a speech_final at each 0.8 s pause between the clips at least (the stream's end has none:
     # the plugin stops reading after its input ended)
     assert ends[25] >= len(LJ) - 1, ends

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import pytest
 from fakes import AGREEMENT, hyp, texts
 
-from streamwhisper.events import Final
+from streamwhisper.events import Final, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 from streamwhisper.streaming.agreement import CommitPolicy
 from streamwhisper.streaming.config import PolicyConfig
-from streamwhisper.streaming.screening import find_loop, normalize_word, screen
+from streamwhisper.streaming.screening import find_loop, normalize_word, screen, without_unsure_stop
 
 # --- screen: a hypothesis on its own --------------------------------------------------------
 
@@ -270,3 +270,16 @@ def test_copy_guard_lookback_and_switch() -> None:
     p = committed_six(AGREEMENT)  # 0, the default, disables the guard
     events = p.observe(hyp(later("seven two three four five six eight"), 2.8), 2.8, 6.0)
     assert texts(events) == [("Partial", "seven two three four five six eight")]
+
+
+def test_only_a_doubted_full_stop_is_dropped_from_a_pause_final() -> None:
+    word = Word(" blocks.", 0.9, 1.3, 0.9)
+    other = Word(" wood", 0.5, 0.8, 0.9)
+    assert [w.word for w in without_unsure_stop([other, word], {word: 0.5}, 0.9)] == [" wood", " blocks"]
+    assert without_unsure_stop([other, word], {word: 0.95}, 0.9) == [other, word]
+    assert without_unsure_stop([other, word], {}, 0.9) == [other, word]  # no probability: kept
+    question = Word(" blocks?", 0.9, 1.3, 0.9)  # a question mark is the decoder's choice, not the audio's end
+    assert without_unsure_stop([question], {question: 0.2}, 0.9) == [question]
+    alone = Word(" .", 0.9, 1.3, 0.9)  # a word that is only the mark stays whole
+    assert without_unsure_stop([alone], {alone: 0.2}, 0.9) == [alone]
+    assert without_unsure_stop([], {}, 0.9) == []

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from streamwhisper.model.timing import SORT7, dtw, median_filter
+from streamwhisper.model.timing import SORT7, WordTiming, dtw, median_filter, merge_punctuations
 
 
 def reference_dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -82,3 +82,19 @@ def test_median_filter_equals_the_median_of_each_sorted_window(width: int) -> No
     windows = F.pad(x[None], (pad, pad, 0, 0), mode="reflect")[0].unfold(-1, width, 1)
     assert torch.equal(median_filter(x, width), windows.sort(dim=-1).values[..., pad])
     assert torch.equal(median_filter(x[..., :2], width), x[..., :2])  # too short to filter
+
+
+def test_merged_punctuation_keeps_its_probability_on_the_word() -> None:
+    """The closing mark's own probability (the decoder's certainty that a sentence ends there)
+    is kept beside the word's: a pause final drops a full stop it doubts."""
+    alignment = [
+        WordTiming(" blocks", [1], 0.0, 0.5, 0.9),
+        WordTiming(".", [2], 0.5, 0.5, 0.4),
+        WordTiming(" Then", [3], 0.6, 0.9, 0.8),
+    ]
+    merge_punctuations(alignment)
+    assert [(t.word, t.probability, t.mark_probability) for t in alignment] == [
+        (" blocks.", 0.9, 0.4),
+        ("", 0.4, 1.0),
+        (" Then", 0.8, 1.0),
+    ]

@@ -23,6 +23,7 @@ class HypothesisWord:
     start: float
     end: float
     probability: float
+    mark_probability: float = 1.0  # of its closing punctuation mark (1.0: it has none)
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,7 @@ class WhisperRecognizer:
                 seen += len(timing.tokens)
                 if timing.word and first >= len(prefix):
                     start, end = min(timing.start, limit), min(timing.end, limit)
-                    kept.append(HypothesisWord(timing.word, start, end, timing.probability))
+                    kept.append(HypothesisWord(timing.word, start, end, timing.probability, timing.mark_probability))
             words = tuple(kept)
         return Hypothesis(
             text=result.text,

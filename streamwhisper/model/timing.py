@@ -36,6 +36,7 @@ class WordTiming:
     start: float
     end: float
     probability: float
+    mark_probability: float = 1.0  # of the closing punctuation merged into the word (1.0: none)
 
 
 # Knuth's 16-comparator sorting network for 7 values (Whisper's filter width), in 6 layers.
@@ -205,6 +206,7 @@ def merge_punctuations(
         if not previous.word.endswith(" ") and following.word in appended:
             previous.word = previous.word + following.word
             previous.tokens = previous.tokens + following.tokens
+            previous.mark_probability = following.probability
             following.word, following.tokens = "", []
         else:
             i = j

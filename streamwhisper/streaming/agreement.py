@@ -39,7 +39,7 @@ from streamwhisper.events import Event, Final, Partial, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 
 from .config import PolicyConfig
-from .screening import drop_copied_runs, drop_repeated_tail, normalize_word, screen
+from .screening import drop_copied_runs, drop_repeated_tail, normalize_word, screen, without_unsure_stop
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ class CommitPolicy:
         self._closed_prompt = ""  # the prompt as a finished sentence
         self._unheard = False  # a reopened window of this utterance heard nothing new
         self._doubted: tuple[float, float] | None = None  # an utterance's words dropped as doubted
+        self._marks: dict[Word, float] = {}  # the latest placed words' closing marks' probabilities
 
     @property
     def committed_end(self) -> float:
@@ -218,8 +219,10 @@ class CommitPolicy:
 
     def commit_pending(self) -> list[Event]:
         """Commit every pending word now as an endpoint ``Final`` (a client's short endpointing:
-        the speaker paused), keeping the utterance open; nothing when no word is pending."""
-        events: list[Event] = [self._commit(self._pending, endpoint=True)] if self._pending else []
+        the speaker paused; a full stop the decoder doubts dropped), keeping the utterance open;
+        nothing when no word is pending."""
+        words = without_unsure_stop(self._pending, self._marks, self._config.pause_stop_min_probability)
+        events: list[Event] = [self._commit(words, endpoint=True)] if words else []
         self._pending, self._seen = [], []
         return events
 
@@ -326,7 +329,7 @@ class CommitPolicy:
     ) -> list[Word]:
         """Absolute, monotonic, clamped words that are not yet committed."""
         out: list[Word] = []
-        prev_end = self._committed_end
+        prev_end, self._marks = self._committed_end, {}
         for w in words:
             start, end = window_start + w.start, window_start + w.end
             if start >= window_end:  # decoded into the padding after the audio
@@ -336,6 +339,7 @@ class CommitPolicy:
             start = min(max(start, prev_end), window_end)
             end = min(max(end, start), window_end)
             out.append(Word(w.word, round(start, 3), round(end, 3), w.probability))
+            self._marks[out[-1]] = w.mark_probability
             prev_end = end
         out = drop_copied_runs(out, self._tail, self._config)
         if not self._soft_boundary:  # the commit point follows a pause: nothing to repeat
@@ -350,12 +354,8 @@ class CommitPolicy:
         over committed words, see :meth:`context`), is the last committed word again: timed
         across the commit point, or given no audio by the alignment ("thanks." at 116.06 s)."""
         last = self._tail[-1] if self._tail else None
-        return (
-            not placed
-            and last is not None
-            and (start < self._committed_end or end - start < UNTIMED_WORD_S)
-            and normalize_word(word) == normalize_word(last.word)
-        )
+        timed_across = start < self._committed_end or end - start < UNTIMED_WORD_S
+        return not placed and last is not None and timed_across and normalize_word(word) == normalize_word(last.word)
 
     def _commit(self, words: Sequence[Word], *, endpoint: bool) -> Final:
         words = tuple(words)

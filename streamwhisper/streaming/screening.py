@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import math
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from streamwhisper.events import Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
@@ -34,6 +35,7 @@ NON_LEXICAL = frozenset(
     {"oh", "ah", "uh", "um", "hmm", "mm", "mhm", "ha", "haha", "hahaha", "huh", "whoa", "wow", "ooh", "aah"}
 )
 SHORT_HYPOTHESIS_WORDS = 3
+FULL_STOPS = ".。"
 
 
 def normalize_word(word: str) -> str:
@@ -180,3 +182,14 @@ def drop_repeated_tail(
             logger.debug("dropped %d word(s) repeating the committed tail", n)
             return words[n:]
     return words
+
+
+def without_unsure_stop(words: Sequence[Word], marks: Mapping[Word, float], floor: float) -> list[Word]:
+    """The words, the full stop after the last one dropped when the decoder gave that mark a
+    probability below ``floor`` (``marks``: each word's, 1.0 when absent). A window that ends
+    at a breath ends with a full stop, which a final sent at the breath would keep."""
+    words = list(words)
+    last = words[-1] if words else None
+    if last is None or marks.get(last, 1.0) >= floor or not last.word.rstrip(FULL_STOPS).strip():
+        return words
+    return [*words[:-1], replace(last, word=last.word.rstrip(FULL_STOPS))]
