@@ -120,22 +120,45 @@ def test_a_sentence_said_again_is_transcribed_again(model: Whisper, clips: dict[
     assert normalize(text).count("what your country can do for you") == 3, text
 
 
-@pytest.mark.parametrize("cost", [0.2, 0.3])
-def test_a_short_endpointing_puts_no_sentence_mark_at_every_breath(model: Whisper, cost: float) -> None:
-    """Pause finals (a client's endpointing=25) against the 500 ms endpoint on four LJ sentences
-    0.8 s apart, on a replayed schedule (each request costing ``cost`` s): at most two more
-    sentence marks. At 0.2 s a request, pause finals at breaths kept every full stop (7 marks
-    against 3) until a full stop the decoder doubts was dropped from them. LiveKit's live test
-    checks its client; this bound is the schedule's."""
+_BREATH_MARKS: dict[float, tuple[int, int]] = {}
+
+
+def _sentence_marks(model: Whisper, cost: float) -> tuple[int, int]:
+    """Sentence marks streamed with pause finals (a client's endpointing=25) and with the 500 ms
+    endpoint, on four LJ sentences 0.8 s apart, on a replayed schedule (each request costing
+    ``cost`` s); replayed once for both tests below."""
     from benchmarks.streaming import SimulatedTimer
 
-    audio, _ = joined(LJ, gap_s=0.8)
-    marks = []
-    for config in (StreamingConfig(pause_final=True, pause_hold_ms=100), StreamingConfig()):
-        events = replay(Streamer(config), WhisperRecognizer(model), audio, timer=SimulatedTimer(cost)).events
-        text = " ".join(f.text for f in check_invariants(events) if f.text)
-        marks.append(len(SENTENCE_MARK.findall(text)))
-    assert marks[0] <= marks[1] + 2, marks
+    if cost not in _BREATH_MARKS:
+        audio, _ = joined(LJ, gap_s=0.8)
+        marks = []
+        for config in (StreamingConfig(pause_final=True, pause_hold_ms=100), StreamingConfig()):
+            events = replay(Streamer(config), WhisperRecognizer(model), audio, timer=SimulatedTimer(cost)).events
+            text = " ".join(f.text for f in check_invariants(events) if f.text)
+            marks.append(len(SENTENCE_MARK.findall(text)))
+        _BREATH_MARKS[cost] = marks[0], marks[1]
+    return _BREATH_MARKS[cost]
+
+
+@pytest.mark.parametrize("cost", [0.2, 0.3])
+def test_a_short_endpointing_puts_no_sentence_mark_at_every_breath(model: Whisper, cost: float) -> None:
+    """At most two more sentence marks with pause finals than with the 500 ms endpoint. At 0.2 s
+    a request, pause finals at breaths kept every full stop (7 marks against 3) until a full stop
+    the decoder doubts was dropped from them. LiveKit's live test checks its client; this bound
+    is the schedule's."""
+    short, default = _sentence_marks(model, cost)
+    assert short <= default + 2, (short, default)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 21 item 4: a pause final drops the full stop of a real sentence end that the "
+    "decoder doubted (0 marks against the default's 3 on this schedule)",
+)
+def test_a_short_endpointing_keeps_the_full_stops_of_sentence_ends(model: Whisper) -> None:
+    """Pause finals keep (nearly) the sentence marks the 500 ms endpoint gives."""
+    short, default = _sentence_marks(model, 0.2)
+    assert short >= default - 1, (short, default)
 
 
 def test_long_speech_streams_close_to_offline(model: Whisper, clips: dict[str, Clip]) -> None:
