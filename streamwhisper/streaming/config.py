@@ -73,11 +73,11 @@ class PolicyConfig:
     # unaware replay, WER 6.2 % either way (read_en 7.1 %, as offline).
     sure_margin_s: float = 0.3
     sure_probability: float = 0.9
+    min_commit_window_s: float = 2.0
     # A pause final (``StreamingConfig.pause_final``) keeps the full stop after its last word only
     # when the decoder is sure of it (sure_probability, not tuned): a window that ends at a
     # breath ends with a full stop.
     pause_stop_min_probability: float = 0.9
-    min_commit_window_s: float = 2.0
     # A word the model doubts (probability below commit_min_probability; 0 disables) needs a
     # third hypothesis in a row: tiny.en streamed longform WER 6.6 % instead of 6.8 % at 0.6,
     # but final latency p95 5.2 s instead of 2.8 s, so it is off by default.
