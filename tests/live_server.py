@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 import threading
+import time
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -100,6 +101,16 @@ class LiveServer:
     @property
     def http(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> Any:
+    """Poll ``condition()`` until it is truthy; its value."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: still not true after {timeout} s")
+        time.sleep(0.1)
+    return value
 
 
 def raw_session(url: str, token: str, send: list[str | bytes]) -> tuple[list[dict], int | None]:

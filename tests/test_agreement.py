@@ -544,3 +544,18 @@ def test_a_pause_final_keeps_its_full_stop_only_when_the_decoder_is_sure_of_it(
     (final,) = p.commit_pending()
     assert final.endpoint and final.text == ("from wood blocks." if kept else "from wood blocks")
     assert p.prompt.endswith(final.words[-1].word)  # the committed text as the client has it
+
+
+def test_a_pause_final_marks_the_endpoint_when_agreement_committed_every_word_first() -> None:
+    """The pause's hypothesis agrees with the one before on every word: they become a plain
+    final at once, and the pause still ends with an endpoint final (empty), which a Flux client
+    reads as an EagerEndOfTurn and a Deepgram one as speech_final. A second pause with no final
+    since marks nothing."""
+    p = CommitPolicy(AGREEMENT)
+    said = hyp([(" from", 0.1, 0.4), (" wood", 0.5, 0.8), (" blocks.", 0.9, 1.3)])
+    p.observe(said, 0.0, 1.4)
+    (final,) = [e for e in p.observe(said, 0.0, 1.6) if isinstance(e, Final)]
+    assert final.text == "from wood blocks." and not final.endpoint and not p.pending
+    (mark,) = p.commit_pending()
+    assert mark.endpoint and mark.words == () and mark.start == mark.end == 1.3
+    assert p.commit_pending() == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib
 import json
 import threading
@@ -18,7 +19,7 @@ import pytest
 from conftest import LJ
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from live_server import LiveServer, raw_session
+from live_server import LiveServer, raw_session, wait_until
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as sync_connect
 
@@ -316,18 +317,37 @@ def test_deepgram_sdk_force_end_turn(flux_server, jfk_audio) -> None:  # type: i
     assert "fellow americans" in ends[0].transcript.lower(), ends[0].transcript
 
 
+def _recognised(server: LiveServer, samples: int) -> bool:
+    """Whether the server's session has been fed ``samples`` samples and has no request out:
+    every event of the audio sent so far is on its way to the client."""
+
+    def caught_up(daemon) -> bool:  # type: ignore[no-untyped-def]
+        pumps = [s.stream.pump for s in daemon.ctx.sessions if s.stream.pump is not None]
+        return len(pumps) == 1 and pumps[0].streamer.audio.end >= samples and pumps[0].inflight is None
+
+    return bool(server.inspect(caught_up))
+
+
 @pytest.mark.slow
 def test_livekit_flux_plugin_with_eager_turns(serving_model, clips) -> None:  # type: ignore[no-untyped-def]
     """LiveKit's ``deepgram.STTv2`` with ``eager_eot_threshold``, on a server whose endpoint is
     2 s: at each 3 s pause the words are final (a preflight transcript: the agent may start its
-    answer) well before the turn ends (a final transcript and an end of speech per sentence)."""
+    answer) well before the turn ends (a final transcript and an end of speech per sentence).
+
+    The source is paced in real time, except that 0.6 s into each pause it waits until the
+    server has recognised all it was sent: "before the turn ends" is then a fact of the audio
+    (the server has heard 0.6 s of the 2 s), not a race between this host's speed and the clock."""
     aiohttp = pytest.importorskip("aiohttp")
     rtc = pytest.importorskip("livekit.rtc")
     plugin = pytest.importorskip("livekit.plugins.deepgram")
     agents_stt = pytest.importorskip("livekit.agents.stt")
     names = LJ[:2]
-    gap = np.zeros(3 * 16000, np.float32)
-    audio = np.concatenate([part for name in names for part in (load_audio(clips[name].wav), gap)])
+    gap, chunk = np.zeros(3 * 16000, np.float32), 1600  # 100 ms frames: whole chunks of the plugin's 50 ms
+    parts: list[np.ndarray | None] = []
+    for name in names:
+        said = load_audio(clips[name].wav)
+        lead = 16000 * 6 // 10 + -len(said) % chunk  # the audio sent before the wait fills whole frames
+        parts.extend((said, gap[:lead], None, gap[: len(gap) - 16000 * 6 // 10]))
     references = [clips[name].reference for name in names]
     base = Config().streaming
     streaming = dataclasses.replace(base, vad=dataclasses.replace(base.vad, endpoint_ms=2000))
@@ -343,11 +363,16 @@ def test_livekit_flux_plugin_with_eager_turns(serving_model, clips) -> None:  # 
                     events.append(event)
 
             reader = asyncio.create_task(read())
-            chunk = 1600
-            for i in range(0, len(audio), chunk):
-                pcm = np.frombuffer(float32_to_pcm_s16le(audio[i : i + chunk]), np.int16)
-                speech.push_frame(rtc.AudioFrame(pcm.tobytes(), 16000, 1, len(pcm)))
-                await asyncio.sleep(chunk / 16000)  # the source's pace (real time), not a wait for a result
+            sent = 0
+            for audio in parts:
+                if audio is None:  # in the pause: the source waits until the server caught up
+                    await asyncio.to_thread(wait_until, functools.partial(_recognised, server, sent), 120, "recognised")
+                    continue
+                for i in range(0, len(audio), chunk):
+                    pcm = np.frombuffer(float32_to_pcm_s16le(audio[i : i + chunk]), np.int16)
+                    speech.push_frame(rtc.AudioFrame(pcm.tobytes(), 16000, 1, len(pcm)))
+                    sent += len(pcm)
+                    await asyncio.sleep(chunk / 16000)  # the source's pace (real time), not a wait for a result
             speech.end_input()
             await asyncio.wait_for(reader, 120)
             await stt.aclose()

@@ -14,14 +14,13 @@ the speech's words, none twice. Skipped only when no Chromium binary is installe
 from __future__ import annotations
 
 import json
-import time
 import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 from chromium import Chromium, find_chromium
-from live_server import LiveServer
+from live_server import LiveServer, wait_until
 
 from benchmarks.cut_proxy import CutProxy
 from benchmarks.scoring import Clip, normalize, word_error_rate
@@ -121,16 +120,6 @@ def repeated_runs(words: list[str], longest: int) -> list[str]:
         for i in range(len(words) - 2 * k + 1)
         if words[i : i + k] == words[i + k : i + 2 * k]
     ]
-
-
-def wait_until(condition, timeout: float, what: str):
-    """Poll ``condition()`` until it is truthy; its value."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: still not true after {timeout} s")
-        time.sleep(0.1)
-    return value
 
 
 def mid_utterance(server: LiveServer) -> bool:

@@ -80,7 +80,7 @@ class CommitPolicy:
         self._pending: list[Word] = []  # uncommitted words of the latest hypothesis
         self._seen: list[int] = []  # for each pending word, how many hypotheses in a row said it
         self._shown = ""  # text of the partial the client currently shows
-        self._finals_in_utterance = 0
+        self._finals_in_utterance, self._unended = 0, False  # the utterance's finals; one since its last endpoint
         self._seq = 0
         self._utterance_start: float | None = None  # window start of the utterance's first hypothesis
         self._prompt = ""
@@ -220,9 +220,9 @@ class CommitPolicy:
     def commit_pending(self) -> list[Event]:
         """Commit every pending word now as an endpoint ``Final`` (a client's short endpointing:
         the speaker paused; a full stop the decoder doubts dropped), keeping the utterance open;
-        nothing when no word is pending."""
+        empty when agreement committed them all first, nothing when no final since the last endpoint."""
         words = without_unsure_stop(self._pending, self._marks, self._config.pause_stop_min_probability)
-        events: list[Event] = [self._commit(words, endpoint=True)] if words else []
+        events: list[Event] = [self._commit(words, endpoint=True)] if words or self._unended else []
         self._pending, self._seen = [], []
         return events
 
@@ -367,7 +367,7 @@ class CommitPolicy:
             self._update_prompt()
         else:
             start = end = self._committed_end
-        self._finals_in_utterance += 1
+        self._finals_in_utterance, self._unended = self._finals_in_utterance + 1, not endpoint
         self._shown = ""  # a final clears the partial on the client
         final = Final(_text(words), start, end, words, self._seq, endpoint)
         self._seq += 1
