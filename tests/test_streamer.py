@@ -669,11 +669,12 @@ def test_a_short_endpointing_makes_finals_at_pauses_and_the_utterance_goes_on(la
     assert finals[-1].endpoint and finals[-1].words[-1].word.strip() == "w11"
 
 
-@pytest.mark.parametrize("lag", [4, 8])
+@pytest.mark.parametrize("lag", [0, 4, 8])
 def test_a_request_made_inside_a_pause_before_its_own_makes_the_pause_final(lag: int) -> None:
     """pause_final: a regular request made 0.2 s into the pause (its step had come) hears all the
     speech before it; when it comes back with the speaker still quiet for pause_hold_ms, its words
-    are the pause's endpoint final, as the pause's own request would have made them (none follows)."""
+    are the pause's endpoint final, as the pause's own request would have made them (none follows).
+    Back sooner (lag 0: a fast recogniser), its words become that final once the pause is held."""
     words = [(i, 0.5 + 0.44 * i, 0.8 + 0.44 * i) for i in range(6)]  # the last ends at 3.0 s
     resumed = [(10, 3.9, 4.2), (11, 4.3, 4.6)]
     audio, spoken = tone_words(7.0, [*words, *resumed])

@@ -2,16 +2,14 @@
 
 One :class:`Streamer` per audio stream; its only clock is the number of samples fed. Audio flows
 VAD -> ring buffer -> (when a request is due) incremental log-mel -> :class:`RecognitionRequest`.
-The runtime's :class:`~streamwhisper.runtime.pump.Pump` drives it: :meth:`feed` as audio
-arrives, :meth:`pending_request` for the request due now, :meth:`complete` (the commit policy
-takes the :class:`Hypothesis`) or :meth:`abandon` when that request returns, :meth:`flush` at
-the end of the stream until :attr:`finished`.
+The runtime's :class:`~streamwhisper.runtime.pump.Pump` drives it: :meth:`feed` as audio arrives,
+:meth:`pending_request` for the request due now, :meth:`complete` (the commit policy takes the
+:class:`Hypothesis`) or :meth:`abandon` when it returns, :meth:`flush` at the end until :attr:`finished`.
 
-At most one request per stream is outstanding; a new one is due once ``step_s`` of new audio
-arrived in an utterance, and at once when the VAD ends the utterance (the endpoint request
-finalises it). Audio outside utterances never reaches a request. A request's mel covers the
-audio from the commit point to now and is normalised with the maximum of its own frames, as
-Whisper normalises a window cut from a file.
+At most one request per stream is outstanding; a new one is due once ``step_s`` of new audio arrived
+in an utterance, and at once when the VAD ends the utterance (the endpoint request finalises it).
+Audio outside utterances never reaches a request. A request's mel covers the audio from the commit
+point to now and is normalised with the maximum of its own frames, as Whisper normalises a window.
 """
 
 from __future__ import annotations
@@ -156,6 +154,10 @@ class Streamer:
         events = [e for boundary in self._detector.feed(x) for e in self._on_boundary(boundary)]
         if not (self._active or self._inflight):  # silence keeps the pre-roll and what may be carried
             self._audio.forget_before(self._carry_start(align_down(self._audio.end - self._quiet_keep)))
+        began = self._detector.last_voiced_end
+        if self._config.pause_final and not self._inflight and self._paused_at != began and self._pause_heard():
+            self._paused_at = began  # a regular request heard it all, and came back before the pause was held
+            events.extend(self._policy.commit_pending())
         events.extend(self._settle())
         return events
 
@@ -174,10 +176,8 @@ class Streamer:
         return events
 
     def finalize(self) -> list[Event]:
-        """Force an endpoint now (a client's "finalize"): the utterance so far becomes final.
-
-        Speech that goes on after this point is recognised as a new utterance.
-        """
+        """Force an endpoint now (a client's "finalize"): the utterance so far becomes final;
+        speech that goes on after this point is recognised as a new utterance."""
         if self._flushed or not self._active or self._endpoint_at is not None:
             return []
         self._endpoint_at = max(self._audio.end, self._audio.start)
@@ -250,10 +250,10 @@ class Streamer:
         self._paused_at = self._detector.last_voiced_end
         return self._last_request_end < self._paused_at + hold // 2
 
-    def _pause_heard(self, end: int) -> bool:
-        """Whether a window ending at ``end`` heard all the speech before the pause going on now
+    def _pause_heard(self) -> bool:
+        """Whether the last request's window heard all the speech before the pause going on now
         (``pause_hold_ms`` of quiet or more): the pause's own request, or one made before it."""
-        hold, detector = self._pause_samples, self._detector
+        hold, detector, end = self._pause_samples, self._detector, self._last_request_end
         in_pause = self._endpoint_at is None and detector.speaking and bool(hold) and detector.quiet_samples >= hold
         return in_pause and end >= detector.last_voiced_end + hold // 2
 
@@ -291,7 +291,7 @@ class Streamer:
                 self._heard_to = inflight.end
             elif inflight.prefixed:  # the decoder may have ended its text at the carried words
                 self._uncarry(inflight)
-            if self._config.pause_final and self._pause_heard(inflight.end):
+            if self._config.pause_final and self._pause_heard():
                 events.extend(self._policy.commit_pending())
             events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
         events.extend(self._settle())
