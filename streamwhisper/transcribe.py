@@ -19,7 +19,7 @@ import torch
 
 from .audio.mel import log_mel, pad_or_trim
 from .errors import ConfigError
-from .model.decoding import DecodeOptions, DecodingResult, decode, detect_language, with_temperature
+from .model.decoding import DecodeOptions, DecodingResult, decode, detect_language, sampling_seed, with_temperature
 from .model.fallback import FallbackRule
 from .model.timing import clamp_long_words, find_alignment, merge_punctuations
 from .model.tokenizer import Task, Tokenizer, get_tokenizer
@@ -54,12 +54,16 @@ def decode_with_fallback(
     features: torch.Tensor,
     decode_options: DecodeOptions,
     options: TranscribeOptions,
+    seed: int = 0,
 ) -> DecodingResult:
-    """Decode one window, retrying at higher temperatures while the fallback rule says so."""
+    """Decode one window, retrying at higher temperatures while the fallback rule says so; the
+    samples are drawn from ``seed`` (the same file gives the same transcript every run)."""
     cache = model.new_cache(features)
+    generator = torch.Generator(device=features.device)
+    generator.manual_seed(seed)
 
     def decode_at(temperature: float) -> DecodingResult:
-        return decode(model, tokenizer, features, with_temperature(decode_options, temperature), cache)[0]
+        return decode(model, tokenizer, features, with_temperature(decode_options, temperature), cache, generator)[0]
 
     return options.fallback.decode(decode_at)
 
@@ -121,8 +125,9 @@ class Transcriber:
         loop = WindowLoop(audio, mel, tokenizer, replace(options, decode=decode_options))
         while (window := loop.next_window()) is not None:
             features = self.encode(window.mel)
-            prompt = window.prompt or None
-            result = decode_with_fallback(model, tokenizer, features, replace(decode_options, prompt=prompt), options)
+            seed = sampling_seed(window.mel, window.prompt)
+            window_options = replace(decode_options, prompt=window.prompt or None)
+            result = decode_with_fallback(model, tokenizer, features, window_options, options, seed)
             words = partial(align_words, model, tokenizer, features, window) if options.word_timestamps else None
             loop.complete(window, result, words)
             if progress:

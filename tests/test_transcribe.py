@@ -20,6 +20,7 @@ import streamwhisper.transcribe as transcribe_module
 from benchmarks.scoring import Clip, normalize, word_count, word_error_rate
 from streamwhisper.audio.files import load_audio
 from streamwhisper.model.decoding import compression_ratio
+from streamwhisper.model.fallback import FallbackRule
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.tokenizer import get_tokenizer
 from streamwhisper.model.whisper import Whisper
@@ -184,6 +185,20 @@ def test_word_timestamps_with_config_heads_are_monotonic(
 # ---------------------------------------------------------------- silence and noise
 
 
+def test_a_sampled_fallback_gives_the_same_transcript_every_run(tiny_model: Whisper, jfk_audio: np.ndarray) -> None:
+    """Every window goes to the fallback (its log-prob is below 0) and is sampled at temperature
+    1: the samples are drawn from the window, not from torch's global generator, so the same
+    file gives the same transcript (the benchmarks' offline references stood still)."""
+    sampled = TranscribeOptions(fallback=FallbackRule(temperatures=(0.0, 1.0), logprob_threshold=0.0))
+    texts = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        texts.append(" ".join(s.text for s in Transcriber(tiny_model).transcribe(jfk_audio, sampled).segments))
+    greedy_only = TranscribeOptions(fallback=FallbackRule(temperatures=(0.0,)))
+    greedy = Transcriber(tiny_model).transcribe(jfk_audio, greedy_only)
+    assert texts[0] == texts[1] != " ".join(s.text for s in greedy.segments), texts
+
+
 def test_digital_silence_gives_no_words(default_model: Whisper) -> None:
     result = Transcriber(default_model).transcribe(generated_nonspeech()["gen_digital_silence"])
     assert result.text.strip() == ""
@@ -211,25 +226,31 @@ def long_audio() -> tuple[np.ndarray, str]:
     return joined(LONG_CLIPS, gap_s=0.3)
 
 
+def _recorded_prompts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...] | None]:
+    """The prompt of each window the transcriber decodes from now on, in order."""
+    prompts: list[tuple[int, ...] | None] = []
+    real = transcribe_module.decode_with_fallback
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        prompts.append(args[3].prompt)  # (model, tokenizer, features, decode_options, options, seed)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transcribe_module, "decode_with_fallback", recording)
+    return prompts
+
+
 def test_long_audio_windows_prompts_and_quality(
     tiny_model: Whisper, long_audio: tuple[np.ndarray, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     audio, reference_text = long_audio
-    prompts: list[tuple[int, ...]] = []
-    real = transcribe_module.decode_with_fallback
-
-    def recording(model, tokenizer, features, decode_options, options):  # type: ignore[no-untyped-def]
-        prompts.append(tuple(decode_options.prompt or ()))
-        return real(model, tokenizer, features, decode_options, options)
-
-    monkeypatch.setattr(transcribe_module, "decode_with_fallback", recording)
+    prompts = _recorded_prompts(monkeypatch)
     result = Transcriber(tiny_model).transcribe(audio)
     duration = len(audio) / 16000
     assert result.duration == pytest.approx(duration, abs=0.01)
 
     seeks = sorted({s.seek for s in result.segments})
     assert len(prompts) == len(seeks) >= 2  # every window held speech and gave segments
-    assert prompts[0] == ()
+    assert prompts[0] is None
     tokenizer = get_tokenizer(False)
     for window in range(1, len(seeks)):
         # conditioned on the text so far: the prompt is the tokens of every earlier window's segments
@@ -245,14 +266,7 @@ def test_without_conditioning_no_prompt_is_passed(
     tiny_model: Whisper, long_audio: tuple[np.ndarray, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     audio, _ = long_audio
-    prompts: list[tuple[int, ...] | None] = []
-    real = transcribe_module.decode_with_fallback
-
-    def recording(model, tokenizer, features, decode_options, options):  # type: ignore[no-untyped-def]
-        prompts.append(decode_options.prompt)  # type: ignore[arg-type]
-        return real(model, tokenizer, features, decode_options, options)
-
-    monkeypatch.setattr(transcribe_module, "decode_with_fallback", recording)
+    prompts = _recorded_prompts(monkeypatch)
     options = TranscribeOptions(condition_on_previous_text=False, initial_prompt="Chapter one.")
     Transcriber(tiny_model).transcribe(audio[: 35 * 16000], options)
     assert len(prompts) >= 2

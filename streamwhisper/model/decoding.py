@@ -10,9 +10,11 @@ Retrying at higher temperatures is :mod:`~streamwhisper.model.fallback`'s rule.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -289,3 +291,10 @@ def with_temperature(options: DecodeOptions, temperature: float) -> DecodeOption
     if temperature > 0:
         return replace(options, temperature=temperature, beam_size=None, patience=None)
     return replace(options, temperature=0.0, best_of=None)
+
+
+def sampling_seed(mel: np.ndarray, context: Sequence[int]) -> int:
+    """A fallback's sampling seed drawn from what its window holds (its log-mel and the tokens
+    it is conditioned on): the same window samples the same text whatever was decoded before."""
+    crc = zlib.crc32(np.ascontiguousarray(mel, dtype=np.float32).tobytes())
+    return zlib.crc32(np.asarray(context, dtype=np.int64).tobytes(), crc)

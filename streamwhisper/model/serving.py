@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import zlib
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import cast
@@ -15,7 +14,7 @@ import torch
 from ..whisper_input import FRAMES_PER_SECOND, N_FRAMES
 from .batch_decoding import decode_greedy_batch, window_cache, window_cross
 from .config import RecognizerConfig
-from .decoding import DecodeOptions, DecodingResult, decode, kept_prefix, with_temperature
+from .decoding import DecodeOptions, DecodingResult, decode, kept_prefix, sampling_seed, with_temperature
 from .fallback import FallbackRule
 from .kv_cache import KVCache
 from .recognizer import Hypothesis, HypothesisWord, RecognitionRequest
@@ -208,11 +207,9 @@ class WhisperRecognizer:
 
 
 def _seed(request: RecognitionRequest) -> int:
-    """A sampling seed drawn from what the request holds (its audio and text context), so a
-    fallback's sample depends on the window alone, not on the windows served before it (nor on
-    the other sessions' windows in the same batch)."""
-    crc = zlib.crc32(np.ascontiguousarray(request.mel, dtype=np.float32).tobytes())
-    return zlib.crc32(np.asarray(request.prompt + request.prefix, dtype=np.int64).tobytes(), crc)
+    """A request's sampling seed: a fallback's sample depends on the window alone, not on the
+    windows served before it (nor on the other sessions' windows in the same batch)."""
+    return sampling_seed(request.mel, request.prompt + request.prefix)
 
 
 def _token_probabilities(result: DecodingResult, eot: int, n_text: int) -> list[float] | None:
