@@ -133,6 +133,20 @@ def test_eager_end_of_turn_at_a_pause_then_resumed_then_ended() -> None:
     assert out[3]["end_of_turn_confidence"] == 0.5 and out[-1]["audio_window_end"] == 2.0
 
 
+def test_an_empty_pause_final_is_an_eager_end_of_turn_with_the_turns_words() -> None:
+    """Agreement made every word final before the pause's hypothesis came back: that pause's
+    final is empty, and still the eager end of the turn."""
+    dialect, info, out = opened({"eager_eot_threshold": "0.5"})
+    said = words(("I", 0.2, 0.4), ("think.", 0.4, 0.7))
+    for event in (SpeechStarted(0.1), partial(said), final(said), final((), endpoint=True)):
+        out += sent(dialect.event(event, info))
+    assert [(m["event"], m["transcript"]) for m in out[1:]] == [
+        ("StartOfTurn", "I think."),
+        ("Update", "I think."),
+        ("EagerEndOfTurn", "I think."),
+    ]
+
+
 def test_force_end_turn_ends_the_turn_once_its_words_are_final() -> None:
     dialect, info, out = opened({})
     hi = words(("Hi", 0.2, 0.5))
