@@ -153,8 +153,7 @@ class StreamingConfig:
     # An utterance's first request waits for first_step_s of its audio (with the VAD's
     # pre-roll): 1.5 s makes it the hypothesis the first commit agrees with and drops the guess
     # of a 0.5 s window (windows of 1.5, 2.0, 2.5 s ...): read_en 649 -> 580 requests, the same
-    # finals and WER, partials p50 +0.04 s. Neither wait applies to a window reopened over the
-    # words before the utterance (carry_gap_s): long already, it is asked at the step.
+    # finals and WER, partials p50 +0.04 s.
     first_step_s: float = 1.5
     # Once the VAD hears a pause of pause_hold_ms inside an utterance, one (urgent) request
     # covers the speech before it, then none until speech resumes. If the endpoint follows,

@@ -40,7 +40,13 @@ class Streamer:
         key: put on every request so the caller can route the hypothesis back.
     """
 
-    def __init__(self, config: StreamingConfig | None = None, *, vad: Vad | None = None, key: object = None) -> None:
+    def __init__(
+        self,
+        config: StreamingConfig | None = None,
+        *,
+        vad: Vad | None = None,
+        key: object = None,
+    ) -> None:
         cfg = config or StreamingConfig()
         self._config = cfg
         self._key = key
@@ -59,7 +65,7 @@ class Streamer:
         self._next_end: tuple[int, int] | None = None  # ... and ended before it (endpoint, speech end)
         self._floor = 0  # the next utterance starts after the last one
         self._speech_goes_on = False  # the utterance was ended by finalize() inside speech
-        self._last_request_end = self._prior_end = 0
+        self._last_request_end = 0
         self._inflight: _Inflight | None = None
         self._flushed = False
         self._overflowing = False
@@ -256,13 +262,9 @@ class Streamer:
         cfg = self._config
         if self._pause_samples and self._detector.quiet_samples >= self._pause_samples:
             return False  # a pause: the next request comes when speech resumes, or at the endpoint
-        new_from, opened = max(self._last_request_end, self._audio.start), min(self._utterance_start, self._audio.start)
-        if self._carry_due and (carried := self._carry_start(self._audio.start)) < opened:
-            # reopened over the words before (carry_gap_s), the window is long already: asked at
-            # the step from its start, a step past what the utterance before heard
-            opened, new_from = carried, max(new_from, self._prior_end)
-        new_audio, step = self._audio.end - new_from, self._step
-        heard = (self._last_request_end - opened) / SAMPLE_RATE
+        new_audio = self._audio.end - max(self._last_request_end, self._audio.start)
+        step = self._step
+        heard = (self._last_request_end - self._utterance_start) / SAMPLE_RATE
         if heard == 0:  # the utterance's first request (at 1.5 s, the one the first commit agrees with)
             step = max(step, cfg.first_step_s)
         elif heard + step + WINDOW_SLACK_S < cfg.policy.min_commit_window_s:
@@ -336,7 +338,6 @@ class Streamer:
         self._active = True
         self._begun += 1
         self._endpoint_at = self._next_start = self._next_end = None
-        self._prior_end = self._last_request_end  # the end of the last window of the utterance before
         self._last_request_end = self._utterance_start = start
         self._heard_to, self._speech_end = 0, None
         self._wordless = 0
