@@ -89,6 +89,10 @@ class LiveServer:
 
         return self.call(run())
 
+    def inspect_pumps(self, fn: Any) -> Any:
+        """Call ``fn(pumps)`` on the server's loop with the pumps of its sessions (those that have one)."""
+        return self.inspect(lambda daemon: fn([s.stream.pump for s in daemon.ctx.sessions if s.stream.pump]))
+
     @property
     def port(self) -> int:
         assert self.daemon is not None

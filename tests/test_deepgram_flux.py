@@ -335,11 +335,10 @@ def _recognised(server: LiveServer, samples: int) -> bool:
     """Whether the server's session has been fed ``samples`` samples and has no request out:
     every event of the audio sent so far is on its way to the client."""
 
-    def caught_up(daemon) -> bool:  # type: ignore[no-untyped-def]
-        pumps = [s.stream.pump for s in daemon.ctx.sessions if s.stream.pump is not None]
+    def caught_up(pumps) -> bool:  # type: ignore[no-untyped-def]
         return len(pumps) == 1 and pumps[0].streamer.audio.end >= samples and pumps[0].inflight is None
 
-    return bool(server.inspect(caught_up))
+    return bool(server.inspect_pumps(caught_up))
 
 
 @pytest.mark.slow
@@ -357,11 +356,12 @@ def test_livekit_flux_plugin_with_eager_turns(serving_model, clips) -> None:  # 
     agents_stt = pytest.importorskip("livekit.agents.stt")
     names = LJ[:2]
     gap, chunk = np.zeros(3 * 16000, np.float32), 1600  # 100 ms frames: whole chunks of the plugin's 50 ms
+    before_wait = 16000 * 6 // 10  # of each pause
     parts: list[np.ndarray | None] = []
     for name in names:
         said = load_audio(clips[name].wav)
-        lead = 16000 * 6 // 10 + -len(said) % chunk  # the audio sent before the wait fills whole frames
-        parts.extend((said, gap[:lead], None, gap[: len(gap) - 16000 * 6 // 10]))
+        lead = before_wait + -len(said) % chunk  # the audio sent before the wait fills whole frames
+        parts.extend((said, gap[:lead], None, gap[before_wait:]))
     references = [clips[name].reference for name in names]
     base = Config().streaming
     streaming = dataclasses.replace(base, vad=dataclasses.replace(base.vad, endpoint_ms=2000))

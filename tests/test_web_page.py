@@ -127,10 +127,7 @@ def mid_utterance(server: LiveServer) -> bool:
     final are in flight. (The page's partial says so only when the host is fast enough to send
     one before the utterance ends: on a slow one, each of jfk's phrases went final whole.)"""
 
-    def speaking(daemon) -> bool:  # type: ignore[no-untyped-def]
-        return any(s.stream.pump is not None and s.stream.pump.streamer.speaking for s in daemon.ctx.sessions)
-
-    return bool(server.inspect(speaking))
+    return bool(server.inspect_pumps(lambda pumps: any(p.streamer.speaking for p in pumps)))
 
 
 def test_the_page_resumes_a_cut_connection_and_loses_no_word(
