@@ -169,7 +169,13 @@ class WindowLoop:
             self.seek = window.seek + window.frames
             return []
         current, seek_delta, single_ending = split_segments(result, self.tokenizer, window.offset, window.seconds)
+        # A window short of 30 s is padded with silence, which a looping decoder may go on
+        # "hearing" ("Come on." a second to 12 s past the end of a radio recording): no
+        # segment begins after the window's audio, nor ends after it.
+        audio_end = window.offset + window.seconds
+        current = [seg for seg in current if seg.start < audio_end]
         for seg in current:
+            seg.end = min(seg.end, audio_end)
             seg.seek = window.seek
         self.seek = window.seek + seek_delta
         if options.word_timestamps and words is not None:

@@ -70,6 +70,22 @@ def test_digital_silence_is_skipped_without_a_window() -> None:
     assert window is not None and window.seek == 3000
 
 
+def test_no_segment_comes_from_the_silence_padding_the_last_window() -> None:
+    """A decoder looping on the padding after the audio (tiny.en int8 on a radio recording: "Come
+    on." a second up to 12 s past its end) adds nothing there; a segment running into it ends
+    with the audio."""
+    loop = loop_over(10.0)
+    window = loop.next_window()
+    assert window is not None and window.seconds == 10.0
+    come_on = TOKENIZER.encode(" Come on.")
+    tokens = [stamp(8.0), *come_on, stamp(9.0), stamp(9.0), *come_on, stamp(10.5)]
+    tokens += [stamp(10.5), *come_on, stamp(11.5), stamp(11.5), *come_on, stamp(12.5)]
+    added = loop.complete(window, Decoded(tokens))
+    assert [(s.start, s.end, s.text) for s in added] == [(8.0, 9.0, " Come on."), (9.0, 10.0, " Come on.")]
+    assert loop.next_window() is None
+    assert loop.result("en").text == " Come on. Come on."
+
+
 def test_words_go_to_the_segments_that_spell_them_and_a_cut_segment_loses_its_words() -> None:
     segments = [
         Segment(0.0, 1.0, " And so, my fellow", [], 0, 0, 0, 0),

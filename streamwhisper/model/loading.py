@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from ..errors import ConfigError
-from .int8 import deprecation_quieted, int8_linears, linear_names
+from .int8 import FLOAT32_LINEARS, deprecation_quieted, int8_linears, linear_names
 from .memory import release_free_memory
 from .sources import DEFAULT_MODEL, resolve_weights
 from .weights import build_model
@@ -112,8 +112,9 @@ def quantize(model: Whisper, scope: str) -> Whisper:
     cross-attention K/V projection (the decoder's one large GEMM).
     tiny.en read_en WER 7.2 %, longform 6.2 %, as the float32 encoder gives.
     ``scope`` "int8_encoder": "mixed", but the encoder's Linears int8 with a scale per token
-    (:mod:`.int8`) on every CPU: on an AVX2 EPYC an encoder pass 283 against 319 ms and offline
-    transcription 1.3x faster, but offline read_en WER 7.8 against 7.1 % (docs/benchmarks.md).
+    (:mod:`.int8`) on every CPU, but for ``FLOAT32_LINEARS``: on an AVX2 EPYC an encoder pass
+    283 against 319 ms and offline transcription 1.3x faster, but offline read_en WER 7.8 against
+    7.1 % (docs/benchmarks.md, 2026-11-25, before the first block was kept float32).
     """
     if torch.backends.quantized.engine not in ("x86", "fbgemm") and "x86" in torch.backends.quantized.supported_engines:
         torch.backends.quantized.engine = "x86"
@@ -137,7 +138,7 @@ def quantize(model: Whisper, scope: str) -> Whisper:
             for block in model.decoder.blocks:
                 block.cross_attn.autocast_dtype = torch.bfloat16  # type: ignore[union-attr]
     if scope == "int8_encoder":
-        int8_linears(model.encoder)
+        int8_linears(model.encoder, keep=FLOAT32_LINEARS)
     if scope == "all":
         model.encoder = _quantized(model.encoder, per_channel=False)  # type: ignore[assignment]
         model.decoder.blocks = _quantized(model.decoder.blocks, per_channel=False)  # type: ignore[assignment]
