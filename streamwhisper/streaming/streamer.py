@@ -40,13 +40,7 @@ class Streamer:
         key: put on every request so the caller can route the hypothesis back.
     """
 
-    def __init__(
-        self,
-        config: StreamingConfig | None = None,
-        *,
-        vad: Vad | None = None,
-        key: object = None,
-    ) -> None:
+    def __init__(self, config: StreamingConfig | None = None, *, vad: Vad | None = None, key: object = None) -> None:
         cfg = config or StreamingConfig()
         self._config = cfg
         self._key = key
@@ -74,6 +68,7 @@ class Streamer:
         self._heard_to = 0  # end of its last window whose hypothesis came back
         self._speech_end: int | None = None  # its last voiced sample, once the VAD ended it
         self._paused_at = -1  # where the pause that had its request began
+        self._pause_final_at = -1  # where the pause that had its final (pause_final) began
         self._begun = 0  # utterances begun so far
 
     @property
@@ -154,10 +149,7 @@ class Streamer:
         events = [e for boundary in self._detector.feed(x) for e in self._on_boundary(boundary)]
         if not (self._active or self._inflight):  # silence keeps the pre-roll and what may be carried
             self._audio.forget_before(self._carry_start(align_down(self._audio.end - self._quiet_keep)))
-        began = self._detector.last_voiced_end
-        if self._config.pause_final and not self._inflight and self._paused_at != began and self._pause_heard():
-            self._paused_at = began  # a regular request heard it all, and came back before the pause was held
-            events.extend(self._policy.commit_pending())
+        events.extend(self._pause_final())  # a request that heard it all came back before the hold
         events.extend(self._settle())
         return events
 
@@ -250,12 +242,17 @@ class Streamer:
         self._paused_at = self._detector.last_voiced_end
         return self._last_request_end < self._paused_at + hold // 2
 
-    def _pause_heard(self) -> bool:
-        """Whether the last request's window heard all the speech before the pause going on now
-        (``pause_hold_ms`` of quiet or more): the pause's own request, or one made before it."""
-        hold, detector, end = self._pause_samples, self._detector, self._last_request_end
+    def _pause_final(self) -> list[Event]:
+        """With ``pause_final``, once per pause (``pause_hold_ms`` of quiet or more): the pending
+        words as its endpoint final, when no request is out and the last one heard all the speech
+        before it (the pause's own, or a regular one made inside it, back before or after the hold)."""
+        hold, detector, began = self._pause_samples, self._detector, self._detector.last_voiced_end
         in_pause = self._endpoint_at is None and detector.speaking and bool(hold) and detector.quiet_samples >= hold
-        return in_pause and end >= detector.last_voiced_end + hold // 2
+        heard = in_pause and self._last_request_end >= began + hold // 2
+        if not self._config.pause_final or self._inflight or self._pause_final_at == began or not heard:
+            return []
+        self._paused_at = self._pause_final_at = began  # (heard: the pause needs no request of its own)
+        return self._policy.commit_pending()
 
     def _due(self) -> bool:
         """Whether a regular request is due: enough new audio since the last, and no pause."""
@@ -291,8 +288,7 @@ class Streamer:
                 self._heard_to = inflight.end
             elif inflight.prefixed:  # the decoder may have ended its text at the carried words
                 self._uncarry(inflight)
-            if self._config.pause_final and self._pause_heard():
-                events.extend(self._policy.commit_pending())
+            events.extend(self._pause_final())
             events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
         events.extend(self._settle())
         return events
