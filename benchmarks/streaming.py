@@ -64,6 +64,10 @@ def word_key(word: str) -> str:
     return normalize(word) or word.strip().lower()
 
 
+# the figures repeated for each category when a run has several (issue 22 reports hard apart)
+BY_CATEGORY = ("wer", "offline_wer", "stream_edits", "offline_edits", "final_latency_p50", "final_latency_p95", "rtf")
+
+
 def summarize(clips: list[Clip], runs: list[Any]) -> dict[str, Any]:
     from streamwhisper.bench import latency_summary, rtf
 
@@ -100,6 +104,13 @@ def summarize(clips: list[Clip], runs: list[Any]) -> dict[str, Any]:
         if speech:  # non-speech costs far fewer requests: "rtf" alone would flatter the speech
             out["speech_rtf"] = rtf([r for _, r in speech])
             out["nonspeech_rtf"] = rtf([r for _, r in nonspeech])
+    categories = list(dict.fromkeys(c.category for c in clips))
+    if len(categories) > 1:
+        out["by_category"] = {}
+        for category in categories:
+            mine = [i for i, c in enumerate(clips) if c.category == category]
+            part = summarize([clips[i] for i in mine], [runs[i] for i in mine])
+            out["by_category"][category] = {k: part[k] for k in BY_CATEGORY if k in part}
     return out
 
 

@@ -45,6 +45,22 @@ def test_bench_summary_splits_the_real_time_factor_of_speech_and_non_speech() ->
     assert "speech_rtf" not in summarize(clips[:1], runs[:1])
 
 
+def test_bench_summary_gives_each_category_its_own_figures() -> None:
+    """Over several categories (conversations and hard) each gets its WER and latency too."""
+    clips = [clip("a", 10.0, "hard", "red green blue black"), clip("b", 10.0, "conversation_test", "white pink")]
+    runs = [
+        StreamRun(10.0, stream_text="red green", offline_text="red green blue black", final_latency=[3.0, 4.0]),
+        StreamRun(10.0, stream_text="white pink", offline_text="white", final_latency=[0.5, 1.0]),
+    ]
+    summary = summarize(clips, runs)
+    assert summary["wer"] == pytest.approx(2 / 6, abs=1e-4)
+    hard, conversation = summary["by_category"]["hard"], summary["by_category"]["conversation_test"]
+    assert (hard["wer"], hard["offline_wer"], hard["stream_edits"]["del"]) == (0.5, 0.0, 2)
+    assert (conversation["wer"], conversation["offline_wer"]) == (0.0, 0.5)
+    assert hard["final_latency_p95"] > 3.0 > conversation["final_latency_p95"]
+    assert "by_category" not in summarize(clips[:1], runs[:1])
+
+
 def test_sentence_marks_score_as_words() -> None:
     """A mark at a breath is an insertion, a missed one a deletion; a decimal point is no mark."""
     assert normalize_with_marks("It costs 3.5 dollars. Yes!") == "it costs $3.5 . yes ."
