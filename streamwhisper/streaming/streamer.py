@@ -246,10 +246,11 @@ class Streamer:
         """With ``pause_final``, once per pause (``pause_hold_ms`` of quiet or more): the pending
         words as its endpoint final, when no request is out and the last one heard all the speech
         before it (the pause's own, or a regular one made inside it, back before or after the hold)."""
+        if not self._config.pause_final or self._inflight:
+            return []
         hold, detector, began = self._pause_samples, self._detector, self._detector.last_voiced_end
         in_pause = self._endpoint_at is None and detector.speaking and bool(hold) and detector.quiet_samples >= hold
-        heard = in_pause and self._last_request_end >= began + hold // 2
-        if not self._config.pause_final or self._inflight or self._pause_final_at == began or not heard:
+        if not in_pause or self._pause_final_at == began or self._last_request_end < began + hold // 2:
             return []
         self._paused_at = self._pause_final_at = began  # (heard: the pause needs no request of its own)
         return self._policy.commit_pending()
