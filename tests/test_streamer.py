@@ -550,6 +550,24 @@ def test_a_carried_window_that_hears_nothing_new_reopens_at_the_utterance() -> N
             assert finals == [label for label, _, _ in first]  # the second utterance was never heard
 
 
+def test_a_carried_endpoint_window_that_hears_nothing_new_is_decoded_again_from_the_utterance() -> None:
+    """With a slow worker (each request back 2 s later) the first window to hold all of an
+    utterance 2 s after the last one is its endpoint's, carried and decoded after the carried
+    words; when the decoder ends its text at them, the utterance stays open and its endpoint is
+    decoded again from its own audio. Closed at once, it lost the whole sentence (seen on a
+    loaded node: tests/test_deploy.py)."""
+    first = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
+    second = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
+    audio, spoken = tone_words(12.0, [*first, *second])
+    recognizer = EndsAtLongSilence()
+    streamer = Streamer(vad=EnergyVad())
+    check_stream(feed_all(streamer, recognizer, audio, [1_600], lag=20), spoken)
+    endpoints = [r for r in recognizer.requests if r.endpoint and r.end > 8.55]
+    assert len(endpoints) == 2 and endpoints[0].start < 5.0 < endpoints[1].start, endpoints
+    assert endpoints[0].prefix and not endpoints[1].prefix  # carried, then the utterance's own
+    assert streamer.utterances == (2, 2)
+
+
 def test_the_hypothesis_of_a_pause_ends_the_utterance_when_the_vad_does() -> None:
     """Once the VAD hears pause_hold_ms of quiet, one (urgent) request covers the speech before
     it; if the endpoint follows, that hypothesis's words are the endpoint final at once, with no

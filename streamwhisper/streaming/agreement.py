@@ -15,11 +15,10 @@ hypothesis describes. Invariants the policy keeps:
 - a word is committed when two consecutive hypotheses agree on it (normalised text, as a
   common prefix of their uncommitted words) and it ends clear of the window's end, at an
   endpoint, or by :meth:`CommitPolicy.force_commit`;
-- while a window still holds committed words inside continuous speech, the caller decodes it
-  with those words as a forced prefix (:meth:`CommitPolicy.context`), so the model continues
-  after them: nothing is duplicated or lost at the commit point and no word is cut in two; a
-  window reopened over an utterance that closed at a pause decodes its words again, and those
-  ending by the commit point (which lies in the pause) are dropped; an utterance whose words were
+- a window still holding committed words inside continuous speech is decoded with them as a
+  forced prefix (:meth:`CommitPolicy.context`): nothing is duplicated or lost at the commit
+  point, no word is cut in two; a window reopened over an utterance closed at a pause hears its
+  words again, and those ending by the commit point are dropped; an utterance whose words were
   all dropped as doubted leaves the commit point before them, for the next window to hear;
 - when the caller trims its audio at ``committed_end`` (a long utterance), the next window
   starts where the last committed word ends; words of that window ending at or before the
@@ -39,7 +38,7 @@ from streamwhisper.events import Event, Final, Partial, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 
 from .config import PolicyConfig
-from .screening import drop_copied_runs, drop_repeated_tail, normalize_word, screen, without_unsure_stop
+from .screening import drop_copied_runs, drop_repeated_tail, heard_again, normalize_word, screen, without_unsure_stop
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +48,6 @@ TAIL_WORDS = 256  # committed words kept: more than a 30 s window can hold
 # the 2 s window meets min_commit_window_s = 2 (without the slack the first commit waited for
 # the next step: read_en final latency p95 2.3 s instead of 1.8 s at a 0.5 s step).
 WINDOW_SLACK_S = 0.05
-# A word the alignment gives less audio than this (one 20 ms step) was not heard in the window.
-UNTIMED_WORD_S = 0.02
 # Marks that end a clause or sentence (Latin and CJK): left off the end of a forced prefix.
 CLAUSE_END_PUNCTUATION = ".,;:!?…。，、；：！？"
 
@@ -129,9 +126,7 @@ class CommitPolicy:
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
         this hypothesis becomes final and the commit point moves to ``window_end``.
         """
-        words, reason = screen(
-            hypothesis, self._config, lambda ws: self._vouched(ws, window_start, window_end, prefixed)
-        )
+        placed, reason = self._screened(hypothesis, window_start, window_end, prefixed)
         logger.debug(
             "hypothesis at %.2f-%.2f s%s%s: %r", window_start, window_end, " (prefixed)" if prefixed else "",
             " (endpoint)" if endpoint else "",
@@ -140,7 +135,6 @@ class CommitPolicy:
         if reason:
             logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
         doubted = (window_start, window_end) if endpoint and reason == "low_word_probability" else None
-        placed = self._place(words, window_start, window_end, prefixed)
         if not placed and self._rehears(window_start):
             # Heard again, the committed words can end the decoding ("... of about 1455."
             # <|endoftext|>, with the next sentence in the window): take them as the prefix
@@ -187,6 +181,11 @@ class CommitPolicy:
         self._pending, self._seen = placed[agreed:], seen[agreed:]
         events.extend(self._refresh_partial())
         return events
+
+    def ends_at_committed(self, hypothesis: Hypothesis, start: float, end: float, *, prefixed: bool) -> bool:
+        """Whether the decoder ended its text at the committed words: the screen kept all, none is new."""
+        placed, reason = self._screened(hypothesis, start, end, prefixed)
+        return not placed and not reason
 
     def close(
         self, end: float, *, speech_goes_on: bool = False, doubted: tuple[float, float] | None = None
@@ -324,17 +323,26 @@ class CommitPolicy:
             normalize_word(a.word) == normalize_word(b.word) for a, b in zip(placed, self._pending, strict=False)
         )
 
+    def _screened(
+        self, hypothesis: Hypothesis, window_start: float, window_end: float, prefixed: bool
+    ) -> tuple[list[Word], str]:
+        """(the placed words of the screened hypothesis, why words were dropped: '' if none were)."""
+        vouched = lambda ws: self._vouched(ws, window_start, window_end, prefixed)  # noqa: E731
+        words, reason = screen(hypothesis, self._config, vouched)
+        return self._place(words, window_start, window_end, prefixed), reason
+
     def _place(
         self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool = False
     ) -> list[Word]:
         """Absolute, monotonic, clamped words that are not yet committed."""
         out: list[Word] = []
         prev_end, self._marks = self._committed_end, {}
+        commit, last = self._committed_end, (self._tail[-1] if self._tail else None)
         for w in words:
             start, end = window_start + w.start, window_start + w.end
             if start >= window_end:  # decoded into the padding after the audio
                 break
-            if not prefixed and (end <= self._committed_end or self._heard_again(w.word, start, end, out)):
+            if not prefixed and (end <= commit or heard_again(w.word, start, end, None if out else last, commit)):
                 continue  # audio already committed
             start = min(max(start, prev_end), window_end)
             end = min(max(end, start), window_end)
@@ -348,14 +356,6 @@ class CommitPolicy:
         # repeating them are the decoder saying its last phrase again (two words at least: a
         # single repeated word may be a real "the the").
         return drop_repeated_tail(out, self._tail, self._committed_end, self._config, min_words=2 if prefixed else 1)
-
-    def _heard_again(self, word: str, start: float, end: float, placed: Sequence[Word]) -> bool:
-        """Whether ``word``, the first new one of a window decoded without a prefix (reopened
-        over committed words, see :meth:`context`), is the last committed word again: timed
-        across the commit point, or given no audio by the alignment ("thanks." at 116.06 s)."""
-        last = self._tail[-1] if self._tail else None
-        timed_across = start < self._committed_end or end - start < UNTIMED_WORD_S
-        return not placed and last is not None and timed_across and normalize_word(word) == normalize_word(last.word)
 
     def _commit(self, words: Sequence[Word], *, endpoint: bool) -> Final:
         words = tuple(words)

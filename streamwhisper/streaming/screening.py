@@ -35,6 +35,8 @@ NON_LEXICAL = frozenset(
     {"oh", "ah", "uh", "um", "hmm", "mm", "mhm", "ha", "haha", "hahaha", "huh", "whoa", "wow", "ooh", "aah"}
 )
 SHORT_HYPOTHESIS_WORDS = 3
+# A word the alignment gives less audio than this (one 20 ms step) was not heard in the window.
+UNTIMED_WORD_S = 0.02
 FULL_STOPS = ".。"
 
 
@@ -193,3 +195,11 @@ def without_unsure_stop(words: Sequence[Word], marks: Mapping[Word, float], floo
     if last is None or marks.get(last, 1.0) >= floor or not last.word.rstrip(FULL_STOPS).strip():
         return words
     return [*words[:-1], replace(last, word=last.word.rstrip(FULL_STOPS))]
+
+
+def heard_again(word: str, start: float, end: float, last: Word | None, committed_end: float) -> bool:
+    """Whether ``word`` (at ``start``-``end`` s), the first new one of a window decoded without a
+    prefix (reopened over committed words), is ``last``, the last committed word, again: timed
+    across the commit point, or given no audio by the alignment ("thanks." at 116.06 s)."""
+    timed_across = start < committed_end or end - start < UNTIMED_WORD_S
+    return last is not None and timed_across and normalize_word(word) == normalize_word(last.word)

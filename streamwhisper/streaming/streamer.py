@@ -26,7 +26,7 @@ from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 
 from .agreement import WINDOW_SLACK_S, CommitPolicy
 from .config import StreamingConfig
-from .window import AudioWindow, align_down, align_up, checked_samples, trim_after_commit
+from .window import AudioWindow, align_down, align_up, carried, carry_start, checked_samples, trim_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,8 @@ class Streamer:
     def utterances(self) -> tuple[int, int]:
         """(ended, closed): utterances whose end is set (VAD, finalize, flush); those whose finals all came."""
         ended = self._begun - (self._active and self._endpoint_at is None) + (self._next_end is not None)
-        return ended, self._begun - self._active - (self._inflight is not None and self._inflight.endpoint)
+        f = self._inflight
+        return ended, self._begun - self._active - (f is not None and f.endpoint and not f.held)
 
     @property
     def audio(self) -> AudioWindow:
@@ -148,7 +149,8 @@ class Streamer:
             self._overflowing = True
         events = [e for boundary in self._detector.feed(x) for e in self._on_boundary(boundary)]
         if not (self._active or self._inflight):  # silence keeps the pre-roll and what may be carried
-            self._audio.forget_before(self._carry_start(align_down(self._audio.end - self._quiet_keep)))
+            quiet = align_down(self._audio.end - self._quiet_keep)
+            self._audio.forget_before(carry_start(self._audio, self._policy, self._config, quiet))
         events.extend(self._pause_final())  # a request that heard it all came back before the hold
         events.extend(self._settle())
         return events
@@ -203,9 +205,9 @@ class Streamer:
                 return None
         if self._carry_due:  # decided now: the endpoint request before it has committed its words
             self._carry_due = False
-            carried = self._carry_start(self._audio.start)
-            if carried < self._audio.start:
-                self._audio.open(carried)
+            reopened = carry_start(self._audio, self._policy, self._config, self._audio.start)
+            if reopened < self._audio.start:
+                self._audio.open(reopened)
         if self._audio.catch_up():  # audio the ring dropped before it was heard (overload)
             self._policy.skip_to(self._audio.start / SAMPLE_RATE)
         self._overflowing = False
@@ -227,9 +229,10 @@ class Streamer:
             endpoint=endpoint,
             urgent=endpoint or pause,
         )
-        self._inflight = _Inflight(request, start, end, endpoint, bool(prefix), endpoint and self._speech_goes_on)
+        held = endpoint and carried(self._config, start, self._utterance_start, end)
+        self._inflight = _Inflight(request, start, end, endpoint, bool(prefix), endpoint and self._speech_goes_on, held)
         self._last_request_end = end
-        if endpoint:
+        if endpoint and not held:
             self._end_utterance()
         return request
 
@@ -278,10 +281,16 @@ class Streamer:
             raise RuntimeError("complete() without an outstanding request")
         self._inflight = None
         start, end = inflight.start / SAMPLE_RATE, inflight.end / SAMPLE_RATE
+        if inflight.held and self._policy.ends_at_committed(hypothesis, start, end, prefixed=inflight.prefixed):
+            logger.debug("endpoint window at %.2f-%.2f s ended at the committed words: decoded again", start, end)
+            self._audio.advance(self._utterance_start)  # still due: its request is next, uncarried
+            return []
         events = self._policy.observe(
             hypothesis, start, end,
             endpoint=inflight.endpoint, prefixed=inflight.prefixed, speech_goes_on=inflight.speech_goes_on,
         )
+        if inflight.held:
+            self._end_utterance()
         heard = bool(self._policy.pending) or any(isinstance(e, Final) and e.words for e in events)
         self._wordless = 0 if heard else self._wordless + 1
         if not inflight.endpoint:
@@ -295,16 +304,16 @@ class Streamer:
         return events
 
     def abandon(self) -> list[Event]:
-        """Forget the outstanding request without a result (the worker failed or shed it).
-
-        Its audio is covered by the next request; an abandoned endpoint request finalises the
-        utterance from the previous hypothesis.
-        """
+        """Forget the outstanding request without a result (the worker failed or shed it): its audio
+        is covered by the next request; an abandoned endpoint request finalises the utterance from
+        the previous hypothesis."""
         inflight = self._inflight
         self._inflight = None
         events: list[Event] = []
         if inflight is not None and inflight.endpoint:
             events.extend(self._policy.close(inflight.end / SAMPLE_RATE, speech_goes_on=inflight.speech_goes_on))
+            if inflight.held:
+                self._end_utterance()
         elif inflight is not None:
             self._last_request_end = inflight.start
         events.extend(self._settle())
@@ -336,9 +345,7 @@ class Streamer:
         self._begun += 1
         self._endpoint_at = self._next_start = self._next_end = None
         self._last_request_end = self._utterance_start = start
-        self._heard_to, self._speech_end = 0, None
-        self._wordless = 0
-        self._carry_due = True
+        self._heard_to, self._speech_end, self._wordless, self._carry_due = 0, None, 0, True
         self._audio.open(start)
 
     def _end_utterance(self) -> None:
@@ -359,16 +366,9 @@ class Streamer:
 
     def _uncarry(self, inflight: _Inflight) -> None:
         """After a carried window decoded with no new word (see ``uncarry_after_s``)."""
-        own, after = self._utterance_start, round(self._config.uncarry_after_s * SAMPLE_RATE)
-        # (the window opens before the utterance only when carried, and only moves forward)
-        if after and self._active and self._audio.start < own <= inflight.end - after:
-            self._audio.advance(own)  # the utterance's windows start at its own audio
+        if self._active and carried(self._config, self._audio.start, self._utterance_start, inflight.end):
+            self._audio.advance(self._utterance_start)  # the utterance's windows start at its own audio
             self._wordless = 0  # decoded afresh: the next window comes at the step
-
-    def _carry_start(self, start: int) -> int:
-        """Where the window of an utterance starting at ``start`` opens (see ``carry_gap_s``)."""
-        point = self._policy.reopen_point(start / SAMPLE_RATE, self._config.carry_gap_s, self._config.carry_keep_s)
-        return min(start, max(align_down(round(point * SAMPLE_RATE)), self._audio.oldest))
 
     def _settle(self) -> list[Event]:
         """Close an ended utterance without the model: when it has no audio left to recognise,
@@ -394,3 +394,6 @@ class _Inflight:
     endpoint: bool
     prefixed: bool = False  # decoded after the committed words in its window
     speech_goes_on: bool = False  # a forced endpoint inside speech (see finalize)
+    # A carried endpoint window: its utterance stays open until the hypothesis is back; if the
+    # decoder ended its text at the carried words, the endpoint is decoded again from the utterance.
+    held: bool = False

@@ -51,6 +51,19 @@ def _trim_to_commit(audio: AudioWindow, policy: CommitPolicy, cfg: StreamingConf
         audio.advance(commit)
 
 
+def carry_start(audio: AudioWindow, policy: CommitPolicy, cfg: StreamingConfig, start: int) -> int:
+    """Where the window of an utterance starting at ``start`` opens (see ``carry_gap_s``)."""
+    point = policy.reopen_point(start / SAMPLE_RATE, cfg.carry_gap_s, cfg.carry_keep_s)
+    return min(start, max(align_down(round(point * SAMPLE_RATE)), audio.oldest))
+
+
+def carried(cfg: StreamingConfig, start: int, own: int, end: int) -> bool:
+    """Whether a window from ``start`` to ``end`` was carried (it opens before its utterance's
+    own audio at ``own``) and holds ``uncarry_after_s`` of that audio (see ``uncarry_after_s``)."""
+    after = round(cfg.uncarry_after_s * SAMPLE_RATE)
+    return bool(after) and start < own <= end - after
+
+
 def align_down(sample: int) -> int:
     return sample - sample % HOP_LENGTH
 
