@@ -5,10 +5,13 @@ clients say the same thing at the same time) at real time over the native protoc
 it prints final and partial latency p50/p95 (per word: from sending the audio of the word's end
 to receiving it), TTFS with the server's own endpointing (from sending the end of an utterance's
 last word to receiving the endpoint final that holds it), WER, the server's CPU use and peak
-RSS, and refused sessions; then the largest N whose p95 final latency is at most 3 s. Figures only, never asserts.
+RSS, and refused sessions (with ``--alone``, also the WER of the same programmes streamed one at a
+time: the cost of load is the difference); then the largest N whose p95 final latency is at most
+3 s. Figures only, never asserts.
 
     .venv/bin/python benchmarks/load.py                       # N = 1 2 4 8 12 16, 60 s each
     .venv/bin/python benchmarks/load.py --clients 8 --seconds 30
+    .venv/bin/python benchmarks/load.py --clients 8 --alone    # and the same 8 streams one by one
     .venv/bin/python benchmarks/load.py --hour --speed 4      # RSS over one hour of audio
 """
 
@@ -131,8 +134,9 @@ def watch(pid: int, stop: threading.Event, out: dict) -> None:
     out["rss_samples"] = samples
 
 
-def run_level(url: str, pid: int, n: int, seconds: float, speed: float, clips: list) -> dict:
-    streams = [programme(clips, 7 * k, seconds) for k in range(n)]
+def run_level(url: str, pid: int, streams: list[tuple[np.ndarray, str]], speed: float) -> dict:
+    """Stream ``streams`` (programmes: audio, reference) at once and measure."""
+    n = len(streams)
     outs: list[dict] = [{} for _ in range(n)]
     proc = psutil.Process(pid)
     cpu0 = proc.cpu_times()
@@ -169,7 +173,15 @@ def run_level(url: str, pid: int, n: int, seconds: float, speed: float, clips: l
         "peak_rss_mb": mem["peak_rss_mb"],
         "rss_samples": mem["rss_samples"],
         "cpu": cpu_name(),
+        "texts": [(ref, o["text"]) for o, ref in served],
     }
+
+
+def alone_wer(url: str, pid: int, streams: list[tuple[np.ndarray, str]], speed: float) -> float:
+    """WER of the same programmes each streamed with no other client: what load costs is the
+    difference (the programmes differ in difficulty, so one stream's WER is no baseline)."""
+    texts = [t for s in streams for t in run_level(url, pid, [s], speed)["texts"]]
+    return round(word_error_rate([r for r, _ in texts], [h for _, h in texts]), 4)
 
 
 def main() -> None:
@@ -179,6 +191,9 @@ def main() -> None:
     parser.add_argument("--speed", type=float, default=1.0, help="x real time")
     parser.add_argument("--hour", action="store_true", help="one client, one hour of audio: RSS over time")
     parser.add_argument("--json", action="store_true", help="one JSON object per level")
+    parser.add_argument(
+        "--alone", action="store_true", help="also stream each level's programmes one at a time: wer_alone"
+    )
     parser.add_argument("server_args", nargs="*", help="extra `serve` flags (e.g. --model base)")
     args = parser.parse_args()
     clips = [c for c in read_manifest(MANIFEST, ["read_en"]) if c.seconds >= 2.5]
@@ -188,12 +203,15 @@ def main() -> None:
             args.clients, args.seconds = [1], 3600.0
         levels = []
         for n in args.clients:
-            result = run_level(url, proc.pid, n, args.seconds, args.speed, clips)
+            streams = [programme(clips, 7 * k, args.seconds) for k in range(n)]
+            result = run_level(url, proc.pid, streams, args.speed)
+            if args.alone and n > 1:
+                result["wer_alone"] = alone_wer(url, proc.pid, streams, args.speed)
             levels.append(result)
             if args.json:
-                print(json.dumps(result), flush=True)
+                print(json.dumps({k: v for k, v in result.items() if k != "texts"}), flush=True)
             else:
-                shown = {k: v for k, v in result.items() if k != "rss_samples"}
+                shown = {k: v for k, v in result.items() if k not in ("rss_samples", "texts")}
                 print(" ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
             if args.hour:
                 samples = result["rss_samples"]
