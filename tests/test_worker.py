@@ -57,9 +57,10 @@ async def busy(worker: InferenceWorker, recognizer: TimedRecognizer, client: Cli
     await asyncio.to_thread(recognizer.entered.wait)
 
 
-def test_urgent_requests_go_first_then_oldest_first_at_most_max_batch_each() -> None:
-    """Urgent: endpoint requests and those that may serve as one (a pause's, "p"); they run in
-    batches of their own, so a turn's final never waits for other streams' partials."""
+def test_turn_ends_go_first_then_pauses_then_oldest_first_at_most_max_batch_each() -> None:
+    """Endpoint requests (a turn's final waits for them) run in batches of their own, so a final
+    never waits for other streams' partials; a pause's request ("p": it may serve as the
+    endpoint's, most do not) goes before the partials, in the same batch."""
     recognizer = TimedRecognizer()
 
     async def main() -> None:
@@ -69,13 +70,13 @@ def test_urgent_requests_go_first_then_oldest_first_at_most_max_batch_each() -> 
         for key, endpoint in [("a", False), ("b", False), ("e1", True), ("c", False), ("e2", True), ("d", False)]:
             client.submit(key, endpoint)
         client.submit("p", urgent=True)
-        client.submit("e3", endpoint=True, urgent=False)  # what the scheduler reads is "urgent"
+        client.submit("e3", endpoint=True, urgent=False)
         assert worker.pending == 8
         recognizer.release()
         for key in "abcd":
             assert isinstance(await client.outcome(key), Hypothesis)
         await worker.stop()
-        assert recognizer.batches == [["busy"], ["e1", "e2", "p"], ["a", "b", "c"], ["d", "e3"]]
+        assert recognizer.batches == [["busy"], ["e1", "e2", "e3"], ["p", "a", "b"], ["c", "d"]]
 
     run(recognizer, main)
 
@@ -161,7 +162,8 @@ def test_a_batch_under_way_gives_way_to_an_urgent_request_once() -> None:
     [
         ("a", "hastened", [["a"], ["p"], ["a"]]),  # the turn ended, its final waits for "p"
         ("a", "pause", [["a"], ["p"]]),  # pauses are many, most no turn's end: it only goes first
-        ("e1", "endpoint", [["e1"], ["e2"]]),  # an urgent batch runs to its end
+        ("e1", "endpoint", [["e1"], ["e2"]]),  # a turn's batch runs to its end
+        ("p1", "endpoint", [["p1"], ["e2"], ["p1"]]),  # a pause's request is no turn's end (yet)
     ],
 )
 def test_what_stops_a_batch_under_way(under_way: str, arriving: str, batches: list[list[str]]) -> None:
@@ -171,7 +173,7 @@ def test_what_stops_a_batch_under_way(under_way: str, arriving: str, batches: li
     async def main() -> None:
         worker = InferenceWorker(recognizer, max_batch=4)
         client = Client(worker)
-        client.submit(under_way, endpoint=under_way.startswith("e"))
+        client.submit(under_way, endpoint=under_way.startswith("e"), urgent=under_way[0] in "ep")
         worker.start()
         await asyncio.to_thread(first.entered.wait)
         key = "e2" if arriving == "endpoint" else "p"
