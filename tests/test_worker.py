@@ -57,10 +57,9 @@ async def busy(worker: InferenceWorker, recognizer: TimedRecognizer, client: Cli
     await asyncio.to_thread(recognizer.entered.wait)
 
 
-def test_turn_ends_go_first_then_pauses_then_oldest_first_at_most_max_batch_each() -> None:
-    """Endpoint requests (a turn's final waits for them) run in batches of their own, so a final
-    never waits for other streams' partials; a pause's request ("p": it may serve as the
-    endpoint's, most do not) goes before the partials, in the same batch."""
+def test_urgent_requests_go_first_then_oldest_first_at_most_max_batch_each() -> None:
+    """Urgent: endpoint requests and those that may serve as one (a pause's, "p"); they run in
+    batches of their own, so a turn's final never waits for other streams' partials."""
     recognizer = TimedRecognizer()
 
     async def main() -> None:
@@ -70,13 +69,13 @@ def test_turn_ends_go_first_then_pauses_then_oldest_first_at_most_max_batch_each
         for key, endpoint in [("a", False), ("b", False), ("e1", True), ("c", False), ("e2", True), ("d", False)]:
             client.submit(key, endpoint)
         client.submit("p", urgent=True)
-        client.submit("e3", endpoint=True, urgent=False)
+        client.submit("e3", endpoint=True, urgent=False)  # what the scheduler reads is "urgent"
         assert worker.pending == 8
         recognizer.release()
         for key in "abcd":
             assert isinstance(await client.outcome(key), Hypothesis)
         await worker.stop()
-        assert recognizer.batches == [["busy"], ["e1", "e2", "e3"], ["p", "a", "b"], ["c", "d"]]
+        assert recognizer.batches == [["busy"], ["e1", "e2", "p"], ["a", "b", "c"], ["d", "e3"]]
 
     run(recognizer, main)
 
@@ -97,6 +96,34 @@ def test_an_urgent_request_runs_without_the_partials_waiting_beside_it() -> None
         assert recognizer.batches == [["busy"], ["e"], ["a", "b"]]
 
     run(recognizer, main)
+
+
+def test_each_batch_is_logged_at_debug_with_what_its_requests_wait_for(caplog: pytest.LogCaptureFixture) -> None:
+    """For diagnosing load: each request of a batch, awaited by a turn's final (E), urgent (!)
+    or neither, with its window's length and its wait."""
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=4)
+        client = Client(worker)
+        await busy(worker, recognizer, client)
+        client.submit("e", endpoint=True)
+        client.submit("p", urgent=True)
+        client.submit("a")
+        recognizer.release()
+        for key in "epa":
+            assert isinstance(await client.outcome(key), Hypothesis)
+        await worker.stop()
+
+    with caplog.at_level("DEBUG", logger="streamwhisper.runtime.worker"):
+        run(recognizer, main)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("batch of")]
+    assert [line.split(" took ")[0] for line in lines] == ["batch of 1", "batch of 2", "batch of 1"]
+    assert [[part.split("s waited")[0] for part in line.split(": ", 1)[1].split(", ")] for line in lines] == [
+        ["0.0"],
+        ["E0.0", "!0.0"],
+        ["0.0"],
+    ]
 
 
 def test_a_request_is_withdrawn_while_it_waits_and_while_it_runs() -> None:
@@ -162,8 +189,7 @@ def test_a_batch_under_way_gives_way_to_an_urgent_request_once() -> None:
     [
         ("a", "hastened", [["a"], ["p"], ["a"]]),  # the turn ended, its final waits for "p"
         ("a", "pause", [["a"], ["p"]]),  # pauses are many, most no turn's end: it only goes first
-        ("e1", "endpoint", [["e1"], ["e2"]]),  # a turn's batch runs to its end
-        ("p1", "endpoint", [["p1"], ["e2"], ["p1"]]),  # a pause's request is no turn's end (yet)
+        ("e1", "endpoint", [["e1"], ["e2"]]),  # an urgent batch runs to its end
     ],
 )
 def test_what_stops_a_batch_under_way(under_way: str, arriving: str, batches: list[list[str]]) -> None:
@@ -173,7 +199,7 @@ def test_what_stops_a_batch_under_way(under_way: str, arriving: str, batches: li
     async def main() -> None:
         worker = InferenceWorker(recognizer, max_batch=4)
         client = Client(worker)
-        client.submit(under_way, endpoint=under_way.startswith("e"), urgent=under_way[0] in "ep")
+        client.submit(under_way, endpoint=under_way.startswith("e"))
         worker.start()
         await asyncio.to_thread(first.entered.wait)
         key = "e2" if arriving == "endpoint" else "p"

@@ -2,12 +2,9 @@
 
 The scheduler of every :class:`~streamwhisper.runtime.pump.Pump` in the process. Pumps submit
 :class:`RecognitionRequest` objects from the event loop with a ``done`` callback. The worker
-thread takes the waiting requests, oldest first and at most ``max_batch`` (those a turn's final
-waits for, endpoints and hastened ones, in a batch of their own while there are any: a final
-waits for no partial; then the pauses' requests, which may serve as an endpoint's, ahead of the
-partials in the same batch: under load nearly every request is a pause's, as the step grows
-longer than the speech between pauses, and a batch of their own would put the finals behind
-them), runs them through the recogniser as one batch (one encoder call, decoder steps batched
+thread takes the waiting requests, oldest first and at most ``max_batch`` (the urgent ones,
+endpoints and pauses, in a batch of their own while there are any: a turn's final waits for no
+partial), runs them through the recogniser as one batch (one encoder call, decoder steps batched
 across the requests) and calls each ``done`` on the submitting loop with ``call_soon_threadsafe``. A pump has
 at most one request outstanding, so no stream waits for more than one batch ahead of it and the
 queue never holds more than one request per stream (``max_pending`` bounds it anyway).
@@ -24,7 +21,7 @@ A batch under way stops (:mod:`streamwhisper.model.interrupt`: between encoder b
 decoder steps) when nobody waits for any of its results any more (its requests were withdrawn
 or cancelled), and gives way when a turn's final waits for a request in the queue (an endpoint
 request, or one :meth:`_Job.hasten` made urgent: a pause's request once its turn ended) and the
-batch holds no such request, in the first half of its typical time (batches of its size so
+batch holds no urgent request, in the first half of its typical time (batches of its size so
 far): past that, waiting for it costs the turn less than the work thrown away costs everyone.
 Its requests go back to the queue in their places and the urgent batch runs first. A pause's
 request alone stops nothing (pauses are many, most not a turn's end, and every interruption
@@ -58,9 +55,7 @@ TRIM_EVERY_S = 30.0
 
 @dataclass(order=True)
 class _Job:
-    # (0: a turn's final waits for it, 1: a pause's (may serve as the endpoint's), 2: other live
-    # requests, 3: bulk; arrival number)
-    rank: tuple[int, int]
+    rank: tuple[int, int]  # (0 for urgent requests, 1 for other live ones, 2 bulk; arrival number)
     request: RecognitionRequest = field(compare=False)
     done: Done = field(compare=False)
     loop: asyncio.AbstractEventLoop = field(compare=False)
@@ -153,7 +148,7 @@ class InferenceWorker:
             if len(self._queue) >= self._max_pending:
                 raise SchedulerFull(f"{len(self._queue)} requests waiting")
             self._counter += 1
-            kind = 3 if request.bulk else 0 if request.endpoint else 1 if request.urgent else 2
+            kind = 2 if request.bulk else 0 if request.urgent else 1
             job = _Job((kind, self._counter), request, done, loop, self._clock(), awaited=request.endpoint, owner=self)
             self._queue.append(job)
             self._cond.notify()
@@ -205,10 +200,10 @@ class InferenceWorker:
             if self._stopping:
                 return None
             self._queue.sort()
-            awaited = sum(1 for job in self._queue if job.rank[0] == 0)
+            urgent = sum(1 for job in self._queue if job.rank[0] == 0)
             live = sum(1 for job in self._queue if not job.request.bulk)
-            # what a turn's final waits for runs in a batch of its own: it waits for no partial
-            size = min(awaited or live, self._max_batch) if live else 1  # bulk windows run alone
+            # urgent requests run in a batch of their own: an endpoint waits for no partial
+            size = min(urgent or live, self._max_batch) if live else 1  # bulk windows run alone
             batch, self._queue = self._queue[:size], self._queue[size:]
             self._running = batch
             return batch
@@ -303,10 +298,10 @@ class InferenceWorker:
 
 
 def _describe(batch: list[_Job], waits: list[float]) -> str:
-    """Each request of a batch, for the debug log: awaited (E), a pause's (!) or neither; window
-    seconds; wait."""
+    """Each request of a batch, for the debug log: awaited by a turn's final (E), urgent (!) or
+    neither; its window's seconds; how long it waited."""
     return ", ".join(
-        f"{'E' if j.rank[0] == 0 else '!' if j.rank[0] == 1 else ''}{j.request.end - j.request.start:.1f}s waited {w:.2f}"
+        f"{'E' if j.awaited else '!' if j.rank[0] == 0 else ''}{j.request.end - j.request.start:.1f}s waited {w:.2f}"
         for j, w in zip(batch, waits, strict=True)
     )
 
