@@ -12,7 +12,9 @@ turn) at real time over one protocol and, per turn, measures:
   sends it right after the clip's last sample instead (read_en clips end 0.09 s after their last
   voiced frame at the median);
 - ``endpoint``: the client keeps sending silence; from the end of the turn's speech (its last
-  voiced frame, when that audio was sent) to the final the server's own endpointing makes.
+  voiced frame, when that audio was sent) to the final the server's own endpointing makes (a
+  final later than 2.5 s is waited for, up to 15 s more, and timed; ``missing`` counts turns
+  with none by then).
 
 REST endpoints (OpenAI ``/v1/audio/transcriptions``, Deepgram ``POST /v1/listen``) have no live
 turn: their TTFS is from the request's last byte to the answer, for the clip as a WAV file.
@@ -59,6 +61,7 @@ Clip = tuple[np.ndarray, np.ndarray, float]
 CHUNK = 1600  # 100 ms per message, as live clients send
 GAP_S = 1.0  # silence between turns
 ENDPOINT_WAIT_S = 2.5  # silence sent after a turn in endpoint mode before its messages are read
+LATE_WAIT_S = 15.0  # ... and then more, 100 ms at a time, until the turn's final comes (at most)
 
 
 class Turn:
@@ -122,7 +125,14 @@ async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> lis
             else:  # the client goes on sending silence; the server's own endpointing ends the turn
                 await _paced(ws.send, float32_to_pcm_s16le(tail), clock, turn)
                 await _paced(ws.send, bytes(int(ENDPOINT_WAIT_S * 32000)), clock, Turn())
-                out.append(_endpointed(live, arrivals, turn.sent_at(began + speech_end)))
+                ended = turn.sent_at(began + speech_end)
+                waited = _endpointed(live, arrivals, ended)
+                for _ in range(round(LATE_WAIT_S * 10)):  # a late final is timed, not missed
+                    if waited == waited:
+                        break
+                    await _paced(ws.send, bytes(3200), clock, Turn())
+                    waited = _endpointed(live, arrivals, ended)
+                out.append(waited)
             await _paced(ws.send, bytes(int(GAP_S * 32000)), clock, Turn())
         await ws.send(live.eof)
         reader.cancel()
@@ -185,7 +195,6 @@ DEEPGRAM = Live(
     lambda m: m.get("type") == "Results" and bool(m.get("is_final")),
     _deepgram_last_end,
 )
-
 
 
 def _flux_last_end(m: dict) -> float | None:
