@@ -205,13 +205,14 @@ def main() -> None:
         for n in args.clients:
             streams = [programme(clips, 7 * k, args.seconds) for k in range(n)]
             result = run_level(url, proc.pid, streams, args.speed)
+            del result["texts"]  # (for alone_wer; not a figure)
             if args.alone and n > 1:
                 result["wer_alone"] = alone_wer(url, proc.pid, streams, args.speed)
             levels.append(result)
             if args.json:
-                print(json.dumps({k: v for k, v in result.items() if k != "texts"}), flush=True)
+                print(json.dumps(result), flush=True)
             else:
-                shown = {k: v for k, v in result.items() if k not in ("rss_samples", "texts")}
+                shown = {k: v for k, v in result.items() if k != "rss_samples"}
                 print(" ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
             if args.hour:
                 samples = result["rss_samples"]
