@@ -38,7 +38,7 @@ from streamwhisper.events import Event, Final, Partial, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 
 from .config import PolicyConfig
-from .screening import drop_copied_runs, drop_repeated_tail, heard_again, normalize_word, screen, without_unsure_stop
+from .screening import normalize_word, place_words, screen, without_unsure_stop
 
 logger = logging.getLogger(__name__)
 
@@ -334,28 +334,18 @@ class CommitPolicy:
     def _place(
         self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool = False
     ) -> list[Word]:
-        """Absolute, monotonic, clamped words that are not yet committed."""
-        out: list[Word] = []
-        prev_end, self._marks = self._committed_end, {}
-        commit, last = self._committed_end, (self._tail[-1] if self._tail else None)
-        for w in words:
-            start, end = window_start + w.start, window_start + w.end
-            if start >= window_end:  # decoded into the padding after the audio
-                break
-            if not prefixed and (end <= commit or heard_again(w.word, start, end, None if out else last, commit)):
-                continue  # audio already committed
-            start = min(max(start, prev_end), window_end)
-            end = min(max(end, start), window_end)
-            out.append(Word(w.word, round(start, 3), round(end, 3), w.probability))
-            self._marks[out[-1]] = w.mark_probability
-            prev_end = end
-        out = drop_copied_runs(out, self._tail, self._config)
-        if not self._soft_boundary:  # the commit point follows a pause: nothing to repeat
-            return out
-        # After a forced prefix the decoder starts right after the committed words, so words
-        # repeating them are the decoder saying its last phrase again (two words at least: a
-        # single repeated word may be a real "the the").
-        return drop_repeated_tail(out, self._tail, self._committed_end, self._config, min_words=2 if prefixed else 1)
+        """Absolute, monotonic, clamped words that are not yet committed (see :func:`.place_words`)."""
+        placed, self._marks = place_words(
+            words,
+            window_start,
+            window_end,
+            prefixed,
+            tail=self._tail,
+            committed_end=self._committed_end,
+            soft_boundary=self._soft_boundary,
+            config=self._config,
+        )
+        return placed
 
     def _commit(self, words: Sequence[Word], *, endpoint: bool) -> Final:
         words = tuple(words)

@@ -9,9 +9,11 @@ they are given:
   words' probabilities, non-lexical captions, stock phrases, short samples at a fallback
   temperature and the compression ratio reject it whole; an n-gram loop is cut after its first
   occurrence;
-- :func:`drop_copied_runs` and :func:`drop_repeated_tail` judge placed words against the words
-  already committed: runs copied from the committed text (off by default: real speech repeats
-  sentences too), and a repeat of the committed tail right after the commit point, are dropped.
+- :func:`place_words` puts a window's words on the stream's clock and drops those already
+  committed; with it, :func:`drop_copied_runs` and :func:`drop_repeated_tail` judge placed words
+  against the words already committed: runs copied from the committed text (off by default: real
+  speech repeats sentences too), and a repeat of the committed tail right after the commit
+  point, are dropped.
 
 Words are compared in the form :func:`normalize_word` gives them.
 """
@@ -184,6 +186,45 @@ def drop_repeated_tail(
             logger.debug("dropped %d word(s) repeating the committed tail", n)
             return words[n:]
     return words
+
+
+def place_words(
+    words: Sequence[HypothesisWord],
+    window_start: float,
+    window_end: float,
+    prefixed: bool,
+    *,
+    tail: Sequence[Word],
+    committed_end: float,
+    soft_boundary: bool,
+    config: PolicyConfig,
+) -> tuple[list[Word], dict[Word, float]]:
+    """A window's words, absolute, monotonic, clamped to the window and not yet committed, and
+    each one's closing mark's probability. ``tail``: the committed words (the commit point at
+    ``committed_end``; ``soft_boundary``: it lies inside continuous speech); ``prefixed``: the
+    window was decoded after the committed words it holds, which are not in ``words``."""
+    out: list[Word] = []
+    marks: dict[Word, float] = {}
+    prev_end = commit = committed_end
+    last = tail[-1] if tail else None
+    for w in words:
+        start, end = window_start + w.start, window_start + w.end
+        if start >= window_end:  # decoded into the padding after the audio
+            break
+        if not prefixed and (end <= commit or heard_again(w.word, start, end, None if out else last, commit)):
+            continue  # audio already committed
+        start = min(max(start, prev_end), window_end)
+        end = min(max(end, start), window_end)
+        out.append(Word(w.word, round(start, 3), round(end, 3), w.probability))
+        marks[out[-1]] = w.mark_probability
+        prev_end = end
+    out = drop_copied_runs(out, tail, config)
+    if not soft_boundary:  # the commit point follows a pause: nothing to repeat
+        return out, marks
+    # After a forced prefix the decoder starts right after the committed words, so words
+    # repeating them are the decoder saying its last phrase again (two words at least: a
+    # single repeated word may be a real "the the").
+    return drop_repeated_tail(out, tail, committed_end, config, min_words=2 if prefixed else 1), marks
 
 
 def without_unsure_stop(words: Sequence[Word], marks: Mapping[Word, float], floor: float) -> list[Word]:
