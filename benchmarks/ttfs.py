@@ -31,18 +31,15 @@ import asyncio
 import base64
 import contextlib
 import functools
-import io
 import json
 import re
 import sys
 import time
-import wave
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,13 +48,12 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._common import emit, shared_data_dir, table  # noqa: E402
 from benchmarks.load import pct, start_server  # noqa: E402
 from benchmarks.scoring import read_manifest  # noqa: E402
+from benchmarks.ttfs_uploads import Clip, deepgram_rest_turns, openai_rest_turns  # noqa: E402
 from streamwhisper.audio.convert import float32_to_pcm_s16le, resample  # noqa: E402
 from streamwhisper.audio.files import load_audio  # noqa: E402
 from streamwhisper.bench import cpu_name, last_voiced_end  # noqa: E402
 
 LastEnd = Callable[[dict], float | None]  # a final's last word end (stream seconds), or None
-# a turn's audio up to the client's end-of-turn message, the rest, and where its speech ends (s)
-Clip = tuple[np.ndarray, np.ndarray, float]
 CHUNK = 1600  # 100 ms per message, as live clients send
 GAP_S = 1.0  # silence between turns
 ENDPOINT_WAIT_S = 2.5  # silence sent after a turn in endpoint mode before its messages are read
@@ -248,47 +244,6 @@ async def realtime_turns(base: str, clips: list[Clip], mode: str) -> list[float]
             clock[1] += GAP_S  # the pause between turns: a client with its own VAD sends nothing
             await asyncio.sleep(GAP_S)
     return out
-
-
-def _wav(audio: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
-        w.writeframes(float32_to_pcm_s16le(audio))
-    return buf.getvalue()
-
-
-async def _rest(clips: list[Clip], post: Callable[[aiohttp.ClientSession, bytes], Awaitable[int]]) -> list[float]:
-    """Upload each clip; the seconds to each answer, NaN for a refusal (``max_uploads``: 429)."""
-    out = []
-    async with aiohttp.ClientSession() as http:
-        for head, tail, _ in clips:
-            began = time.monotonic()
-            status = await post(http, _wav(np.concatenate([head, tail])))
-            out.append(time.monotonic() - began if status == 200 else float("nan"))
-    return out
-
-
-async def openai_rest_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
-    async def post(http: aiohttp.ClientSession, body: bytes) -> int:
-        form = aiohttp.FormData()
-        form.add_field("file", body, filename="turn.wav", content_type="audio/wav")
-        form.add_field("model", "whisper-1")
-        async with http.post(base.replace("ws", "http", 1) + "/v1/audio/transcriptions", data=form) as r:
-            await r.read()
-            return r.status
-
-    return await _rest(clips, post)
-
-
-async def deepgram_rest_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
-    async def post(http: aiohttp.ClientSession, body: bytes) -> int:
-        url = base.replace("ws", "http", 1) + "/v1/listen?punctuate=true"
-        async with http.post(url, data=body, headers={"Content-Type": "audio/wav"}) as r:
-            await r.read()
-            return r.status
-
-    return await _rest(clips, post)
 
 
 async def wyoming_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
