@@ -32,6 +32,7 @@ import base64
 import contextlib
 import functools
 import json
+import math
 import re
 import sys
 import time
@@ -124,7 +125,7 @@ async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> lis
                 ended = turn.sent_at(began + speech_end)
                 waited = _endpointed(live, arrivals, ended)
                 for _ in range(round(LATE_WAIT_S * 10)):  # a late final is timed, not missed
-                    if waited == waited:
+                    if not math.isnan(waited):
                         break
                     await _paced(ws.send, bytes(3200), clock, Turn())
                     waited = _endpointed(live, arrivals, ended)
