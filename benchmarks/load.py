@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import psutil
@@ -44,20 +45,37 @@ from streamwhisper.events import Final, Partial  # noqa: E402
 MANIFEST = shared_data_dir() / "eval" / "manifest.tsv"
 
 
-def start_server(extra: list[str], log_lines: int = 1) -> tuple[subprocess.Popen[str], str, list[str]]:
+def start_server(
+    extra: list[str], log_lines: int = 1, log_path: str | None = None
+) -> tuple[subprocess.Popen[str], str, list[str]]:
     """A `streamwhisper serve` process on a free port: (process, its ws:// URL, the first
-    ``log_lines`` lines it logged, the URL's line first)."""
+    ``log_lines`` lines it logged from the URL's line on). ``log_path``: run it with ``-vv``
+    and write its whole debug log there."""
     env = dict(os.environ, STREAMWHISPER_SERVER_PORT="0", STREAMWHISPER_SERVER_MAX_SESSIONS="32")
+    verbose = ["-vv"] if log_path else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamwhisper", "serve", *extra], stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-m", "streamwhisper", *verbose, "serve", *extra], stderr=subprocess.PIPE, text=True, env=env
     )
     assert proc.stderr is not None
-    lines = [proc.stderr.readline() for _ in range(log_lines)]
-    found = re.search(r"(ws://\S+)/v1/stream", lines[0])
+    log = open(log_path, "w", buffering=1) if log_path else None  # noqa: SIM115 (open while it runs)
+    found: re.Match[str] | None = None
+    skipped: list[str] = []
+    while found is None and len(skipped) < 1000 and (line := proc.stderr.readline()):
+        found = re.search(r"(ws://\S+)/v1/stream", line)
+        skipped.append(line)
     if not found:
         proc.kill()
-        raise SystemExit(f"server did not start: {''.join(lines)}{proc.stderr.read()}")
-    threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep draining its log
+        raise SystemExit(f"server did not start: {''.join(skipped)}{proc.stderr.read()}")
+    lines = [skipped[-1], *(proc.stderr.readline() for _ in range(log_lines - 1))]
+    if log is not None:
+        log.writelines([*skipped, *lines[1:]])
+
+    def drain(stream: IO[str]) -> None:  # keep reading its log (into log_path, if any)
+        for line in stream:
+            if log is not None:
+                log.write(line)
+
+    threading.Thread(target=drain, args=(proc.stderr,), daemon=True).start()
     return proc, found[1], lines
 
 
@@ -194,10 +212,11 @@ def main() -> None:
     parser.add_argument(
         "--alone", action="store_true", help="also stream each level's programmes one at a time: wer_alone"
     )
+    parser.add_argument("--server-log", metavar="FILE", help="run the server with -vv, its log in FILE")
     parser.add_argument("server_args", nargs="*", help="extra `serve` flags (e.g. --model base)")
     args = parser.parse_args()
     clips = [c for c in read_manifest(MANIFEST, ["read_en"]) if c.seconds >= 2.5]
-    proc, url, _ = start_server(args.server_args)
+    proc, url, _ = start_server(args.server_args, log_path=args.server_log)
     try:
         if args.hour:
             args.clients, args.seconds = [1], 3600.0

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
-from benchmarks.scoring import Clip
+from benchmarks.scoring import Clip, normalize
 from streamwhisper.audio.files import load_audio
 from streamwhisper.audio.mel import log_mel
+from streamwhisper.model.batch_decoding import decode_greedy_batch, loops, window_cross
 from streamwhisper.model.config import RecognizerConfig
 from streamwhisper.model.fallback import FallbackRule
 from streamwhisper.model.interrupt import Interrupted, interruptible
@@ -213,6 +215,54 @@ def test_a_fallback_sample_depends_on_its_window_alone(
     again = [served.recognize([w])[0] for w in windows[::-1]][::-1]
     assert [h.tokens for h in in_turn] == [h.tokens for h in fresh]
     assert [h.tokens for h in again] == [h.tokens for h in fresh]
+
+
+def test_loops_are_blocks_said_three_times_over_twelve_tokens() -> None:
+    go = [1, 2, 3, 4, 5, 6]  # " Go forward 10 meters."
+    assert loops([7, 8, *go * 3])
+    assert not loops([7, 8, *go * 2]), "said twice: speech does that"
+    assert loops([9] * 12) and not loops([9] * 11)
+    assert not loops([3, 4] * 5), "no, no, no, no, no"
+    assert loops([3, 4] * 6)
+    assert not loops(list(range(40)))
+
+
+def _go_forward(clips: dict[str, Clip], start_s: float, pause_s: float) -> RecognitionRequest:
+    """The end of JFK's sentence, a pause, then "go forward ten meters", with the sentence's
+    start as the prompt: about 8 s."""
+    jfk, go = load_audio(clips["en_jfk"].wav), load_audio(clips["en_ps_goforward"].wav)
+    audio = np.concatenate([jfk[int(start_s * 16000) :], np.zeros(int(pause_s * 16000), np.float32), go])
+    prompt = " And so, my fellow Americans, ask not what your country can do for you,"
+    return RecognitionRequest(mel=log_mel(audio), prompt_text=prompt, max_prompt_tokens=64)
+
+
+def test_a_window_that_loops_at_a_fitted_context_is_decoded_again_at_the_full_context(
+    default_model: Whisper, clips: dict[str, Clip]
+) -> None:
+    """Encoded at a fitted 10 s context, as a batch encodes it, the window decodes to "Go
+    forward 10 meters." said again and again (at 30 s it does not). The batch stops the row once
+    the loop shows (23 tokens, where the loop would run on to its budget) and decodes the window
+    again at the full context; one window at a time (the reference path) does the same."""
+    recognizer = WhisperRecognizer(default_model)
+    batch = [_go_forward(clips, 6.4, 0.5), _go_forward(clips, 8.0, 1.0)]
+    tokened = [r.with_tokens(recognizer.encode_text) for r in batch]
+    fitted = recognizer._encode(tokened, [recognizer._frames(r.mel.shape[-1], len(batch)) for r in batch])
+    assert all(f.shape[1] < default_model.dims.n_audio_ctx for f in fitted)
+    windows = [window_cross(default_model, f) for f in fitted]
+    options = [recognizer._decode_options(r, None) for r in tokened]
+    stopped = decode_greedy_batch(default_model, recognizer._tokenizer, windows, options, stop_loops=[True, True])
+    ran_on = decode_greedy_batch(default_model, recognizer._tokenizer, windows, options)
+    assert all(r.looped for r in stopped) and not any(r.looped for r in ran_on)
+    assert all(len(s.tokens) < len(r.tokens) for s, r in zip(stopped, ran_on, strict=True)), "stopped early"
+    assert all(recognizer.config.fallback.is_loop(r) for r in ran_on), "a loop by the fallback rule too"
+
+    hypotheses = recognizer.recognize(batch)
+    for h in hypotheses:
+        assert not h.looping and h.temperature == 0.0
+        assert normalize(h.text) == "ask what you can do for your country go forward 10 meters"
+    full = WhisperRecognizer(default_model, RecognizerConfig(audio_ctx="full")).recognize(batch)
+    assert [h.tokens for h in hypotheses] == [h.tokens for h in full]
+    _compare(default_model, [batch[0], replace(batch[1], prompt_text="")])  # fitted too
 
 
 @pytest.mark.parametrize("stop_at", [1, 4, 12])

@@ -113,12 +113,15 @@ def decode_greedy_batch(
     windows: Sequence[Cross],
     options: Sequence[DecodeOptions],
     drop_fraction: float = 0.25,
+    stop_loops: Sequence[bool] | None = None,
 ) -> list[DecodingResult]:
     """Greedy (temperature 0) decoding of each window (its :func:`window_cross`) with ``options[i]``.
 
     Returns one result per window, equal to ``decode(model, tokenizer, features, options[i],
     window_cache(model, windows[i]))[0]``. Rows that finished leave the batch once they are
-    ``drop_fraction`` of it (copying the cache of the others costs about one step).
+    ``drop_fraction`` of it (copying the cache of the others costs about one step). A row with
+    ``stop_loops[i]`` stops as soon as its tokens :func:`loop`, marked ``looped`` (its result
+    then differs from ``decode()``'s, which runs on to the budget).
     """
     for o in options:
         o.validate()
@@ -169,6 +172,8 @@ def decode_greedy_batch(
     sum_logprobs = torch.zeros(n_rows)  # per original row
     out: list[list[int]] = [[] for _ in range(n_rows)]
     out_logprobs: list[list[float]] = [[] for _ in range(n_rows)]
+    watch = list(stop_loops) if stop_loops is not None else [False] * n_rows
+    looped = [False] * n_rows
     last = torch.empty(0, dtype=torch.long)
     for step in range(max(sample_lens)):
         checkpoint()
@@ -204,6 +209,10 @@ def decode_greedy_batch(
             out[r].append(token)
             out_logprobs[r].append(lp)
         alive &= (last != eot) & (step + 1 < budget)
+        for j in alive.nonzero().flatten().tolist():
+            r = int(batch[j])
+            if watch[r] and loops(out[r]):
+                alive[j], looped[r] = False, True
         if not alive.any():
             break
 
@@ -226,6 +235,19 @@ def decode_greedy_batch(
                 language_probs=language_probs[r],
                 token_logprobs=out_logprobs[r][: len(chosen)],
                 alignment_scores=alignment,
+                looped=looped[r],
             )
         )
     return results
+
+
+def loops(tokens: Sequence[int], min_span: int = 12, max_period: int = 24) -> bool:
+    """Whether ``tokens`` end in one block of 1 to ``max_period`` tokens said at least three
+    times in a row, over at least ``min_span`` tokens: "Go forward 10 meters. Go forward 10
+    meters. Go forward 10 meters." (a word said twice, or "no, no, no", is not a loop)."""
+    n = len(tokens)
+    for period in range(1, min(max_period, n // 3) + 1):
+        span = max(3, -(-min_span // period)) * period
+        if span <= n and all(tokens[k] == tokens[k - period] for k in range(n - span + period, n)):
+            return True
+    return False

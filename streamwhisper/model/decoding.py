@@ -85,6 +85,9 @@ class DecodingResult:
     # <|startoftranscript|> to the last text token (none for <|endoftext|>); None when a token
     # was never fed back (decoding stopped at sample_len).
     alignment_scores: Tensor | None = None
+    # decoding stopped early because the last tokens repeat a block (batch_decoding.loops): the
+    # text is a loop cut short, so its compression ratio understates it
+    looped: bool = False
 
 
 def compression_ratio(text: str) -> float:

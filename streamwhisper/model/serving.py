@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..whisper_input import FRAMES_PER_SECOND, N_FRAMES
-from .batch_decoding import decode_greedy_batch, window_cache, window_cross
+from .batch_decoding import Cross, decode_greedy_batch, window_cache, window_cross
 from .config import RecognizerConfig
 from .decoding import DecodeOptions, DecodingResult, decode, kept_prefix, sampling_seed, with_temperature
 from .fallback import FallbackRule
@@ -60,7 +60,7 @@ class WhisperRecognizer:
             return []
         requests = [r.with_tokens(self.encode_text) for r in requests]
         model, cfg = self.model, self.config
-        features = self._encode(requests)
+        features = self._encode(requests, [self._frames(r.mel.shape[-1], len(requests)) for r in requests])
         windows = [window_cross(model, f) for f in features]
         beam = (cfg.beam_size or None) if len(requests) <= cfg.beam_max_batch else None
         bases = [self._decode_options(r, beam) for r in requests]
@@ -70,24 +70,26 @@ class WhisperRecognizer:
         plain = [i for i, r in enumerate(requests) if not r.timestamps and r.temperatures is None]
         if cfg.batch_decode and len(plain) > 1 and beam is None and cfg.fallback.temperatures[0] == 0:
             some = [windows[i] for i in plain]
-            batched = decode_greedy_batch(model, self._tokenizer, some, [bases[i] for i in plain])
+            fitted = [features[i].shape[1] < model.dims.n_audio_ctx for i in plain]
+            batched = decode_greedy_batch(model, self._tokenizer, some, [bases[i] for i in plain], stop_loops=fitted)
             for i, decoded in zip(plain, batched, strict=True):
                 firsts[i] = decoded
         hypotheses = []
         for request, f, window, base, first in zip(requests, features, windows, bases, firsts, strict=True):
-            cache = window_cache(model, window)
             rule = cfg.fallback
             if request.temperatures is not None:
                 rule = dataclasses.replace(rule, temperatures=request.temperatures)
-            result = self._decode_with_fallback(base, f, cache, first, seed=partial(_seed, request), rule=rule)
+            full = partial(self._encode, [request], [N_FRAMES]) if f.shape[1] < model.dims.n_audio_ctx else None
+            result, cache = self._decode_with_fallback(
+                base, f, window, first, seed=partial(_seed, request), rule=rule, full=full
+            )
             hypotheses.append(self._finish(request, cache, result, base.sample_len or self.model.dims.n_text_ctx // 2))
         return hypotheses
 
-    def _encode(self, requests: Sequence[RecognitionRequest]) -> list[torch.Tensor]:
-        """Each window's audio features (1, S_i, n_state): windows of the same fitted length are
-        encoded together, at most ``encode_batch`` per encoder call."""
+    def _encode(self, requests: Sequence[RecognitionRequest], frames: Sequence[int]) -> list[torch.Tensor]:
+        """Each window's audio features (1, S_i, n_state) at ``frames[i]`` mel frames: windows
+        of the same length are encoded together, at most ``encode_batch`` per encoder call."""
         model = self.model
-        frames = [self._frames(r.mel.shape[-1], len(requests)) for r in requests]
         features: list[torch.Tensor] = [torch.empty(0)] * len(requests)
         step = self.config.encode_batch
         groups = [[i for i, f in enumerate(frames) if f == width] for width in sorted(set(frames))]
@@ -130,16 +132,23 @@ class WhisperRecognizer:
         self,
         base: DecodeOptions,
         features: torch.Tensor,
-        cache: KVCache,
+        window: Cross,
         first: DecodingResult | None = None,
         seed: Callable[[], int] = lambda: 0,
         rule: FallbackRule | None = None,
-    ) -> DecodingResult:
-        """Decode at the fallback rule's temperatures until a result needs no fallback.
+        full: Callable[[], list[torch.Tensor]] | None = None,
+    ) -> tuple[DecodingResult, KVCache]:
+        """Decode at the fallback rule's temperatures until a result needs no fallback: the
+        result and the cache it was decoded with (the window's cross-attention, for word timings).
 
         ``first``: the result at the first temperature, when already decoded (batched);
-        ``seed()``: the sampling generator's seed for the window's first sampled attempt.
+        ``seed()``: the sampling generator's seed for the window's first sampled attempt;
+        ``full()``: the window's features at the full 30 s context, for a window encoded at a
+        shorter one. Whisper loops at the end of an audio context cut short far more than at the
+        30 s it was trained on: a first result that loops is decoded again from those.
         """
+        rule = rule or self.config.fallback
+        cache = window_cache(self.model, window)
         seeded = False
 
         def decode_at(temperature: float) -> DecodingResult:
@@ -150,7 +159,12 @@ class WhisperRecognizer:
             options = with_temperature(base, temperature)
             return decode(self.model, self._tokenizer, features, options, cache, self._generator)[0]
 
-        return (rule or self.config.fallback).decode(decode_at, first)
+        result = first if first is not None else decode_at(rule.temperatures[0])
+        if full is not None and (result.looped or rule.is_loop(result)):
+            features = full()[0]
+            cache = window_cache(self.model, window_cross(self.model, features))
+            result = decode_at(rule.temperatures[0])
+        return rule.decode(decode_at, result), cache
 
     def _finish(
         self, request: RecognitionRequest, cache: KVCache, result: DecodingResult, sample_len: int
