@@ -99,6 +99,26 @@ def test_eight_concurrent_clients_get_their_own_transcripts(serving_model, clips
     assert batches and mean and float(mean[1]) / float(batches[1]) > 1.0, "requests of sessions were batched"
 
 
+def test_two_inference_workers_serve_concurrent_clients(serving_model, clips) -> None:
+    """``server.workers = 2``: two threads call the one real recogniser at once (its fallback
+    generators are per thread) and every client still gets its own transcript."""
+    names = CLIPS[:4]
+    audio = {name: load_audio(clips[name].wav) for name in names}
+
+    async def run(url: str) -> list[list]:
+        return list(await asyncio.gather(*(stream_file(url, audio[n], speed=1.0, label=n) for n in names)))
+
+    with LiveServer(serving_model, max_sessions=4, workers=2) as server:
+        assert server.inspect(lambda d: sum(t.is_alive() for t in d.ctx.worker._threads)) == 2
+        results = asyncio.run(run(server.url))
+        batches = server.inspect(lambda d: d.ctx.worker.stats.batches)
+    for name, messages in zip(names, results, strict=True):
+        assert check_stream(messages).reason == "eof"
+        wer = word_error_rate([clips[name].reference], [transcript(messages)])
+        assert wer <= 0.35, f"{name}: WER {wer:.2f}: {transcript(messages)!r}"
+    assert batches > len(names)
+
+
 def test_a_vanishing_client_affects_no_one_else(serving_model, clips) -> None:
     jfk, other = load_audio(clips["en_jfk"].wav), load_audio(clips["en_lj_LJ001-0016"].wav)
 

@@ -14,7 +14,7 @@ from runtime_fakes import TimedRecognizer, request
 from streamwhisper.model.recognizer import Hypothesis
 from streamwhisper.runtime.metrics import Metrics
 from streamwhisper.runtime.pump import Outcome, SchedulerFull
-from streamwhisper.runtime.worker import InferenceWorker
+from streamwhisper.runtime.worker import InferenceWorker, WorkerStats
 
 
 def run(recognizer: TimedRecognizer, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -137,8 +137,9 @@ def test_a_request_is_withdrawn_while_it_waits_and_while_it_runs() -> None:
         await busy(worker, recognizer, client)
         waiting = client.submit("a")
         assert waiting.withdraw() and worker.pending == 0
-        assert client.worker._running and client.worker._running[0].request.key == "busy"
-        running = next(iter(client.worker._running))
+        batch = client.worker._running[0]  # (the batch of thread 0, the only one)
+        assert batch and batch[0].request.key == "busy"
+        running = batch[0]
         assert running.withdraw()
         recognizer.release()
         client.submit("b")
@@ -335,8 +336,7 @@ def test_stop_with_a_timeout_does_not_wait_for_the_batch_under_way() -> None:
         worker = InferenceWorker(recognizer)
         client = Client(worker)
         await busy(worker, recognizer, client)
-        thread = worker._thread
-        assert thread is not None
+        (thread,) = worker._threads
         await worker.stop(within_s=0.0)  # returns although the recogniser holds the thread
         assert thread.is_alive() and not client.outcomes["busy"].done()
         recognizer.release()
@@ -361,3 +361,37 @@ def test_a_cancelled_request_is_not_run_and_never_answered() -> None:
         assert not client.outcomes["gone"].done()
 
     run(recognizer, main)
+
+
+def test_two_worker_threads_run_two_batches_at_once() -> None:
+    """With ``threads=2`` a request waits for no batch under way while the other thread is free;
+    a turn's request then interrupts nothing (the free thread takes it); ``stop`` ends both."""
+    recognizer = TimedRecognizer(checkpoints=True)
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=4, threads=2)
+        client = Client(worker)
+        held = recognizer.gate(0)
+        worker.start()
+        client.submit("busy")
+        await asyncio.to_thread(held.entered.wait)
+        client.submit("a")
+        assert isinstance(await client.outcome("a"), Hypothesis), "ran beside the held batch"
+        client.submit("e", endpoint=True)
+        assert isinstance(await client.outcome("e"), Hypothesis)
+        assert not client.outcomes["busy"].done()
+        held.release.set()
+        assert isinstance(await client.outcome("busy"), Hypothesis)
+        threads = list(worker._threads)
+        await worker.stop()
+        assert not any(t.is_alive() for t in threads)
+        assert worker.stats.interrupted == 0 and worker.stats.requests == 3
+        assert sorted(map(sorted, recognizer.batches)) == [["a"], ["busy"], ["e"]]
+
+    run(recognizer, main)
+
+
+def test_utilization_counts_every_worker_thread() -> None:
+    stats = WorkerStats(clock=lambda: 10.0, threads=2)
+    stats.recent.extend([(5.0, 10.0), (7.5, 10.0)])  # one thread busy 5 s, the other 2.5 s
+    assert stats.utilization(5.0) == pytest.approx(0.75)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -84,14 +85,18 @@ def bfloat16_pays_off() -> bool:
     return bf16 < 0.8 * fp32
 
 
-def configure_threads(threads: int = 0) -> None:
-    """Give the cores to torch: ``threads`` intra-op threads (0 keeps torch's one per core).
+def configure_threads(threads: int = 0, workers: int = 1) -> None:
+    """Give the cores to torch: ``threads`` intra-op threads (0 keeps torch's one per core, or
+    with several inference ``workers`` calling torch at once, each its share of the cores).
 
     numpy's BLAS runs single-threaded: its threads busy-wait after each call (the mel
     projection of every request) and take the cores from the torch threads encoding next
     (tiny.en streamed at a 0.5 s step: 250 ms a request instead of 170 ms).
     """
     threadpool_limits(1, user_api="blas")
+    if not threads and workers > 1:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = max(1, cores // workers)
     if threads:
         torch.set_num_threads(threads)
 

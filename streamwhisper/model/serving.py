@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import cast
@@ -22,6 +24,8 @@ from .timing import clamp_long_words, find_alignment, merge_punctuations
 from .tokenizer import Task, get_tokenizer
 from .whisper import Whisper
 
+logger = logging.getLogger(__name__)
+
 
 class WhisperRecognizer:
     """The real model behind the :class:`Recognizer` seam (runs on the inference thread)."""
@@ -31,8 +35,14 @@ class WhisperRecognizer:
         self.config = config or RecognizerConfig()
         self._tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
         # fallback sampling is seeded from each request (see _seed): the same audio gives the
-        # same captions, whatever the recogniser served before
-        self._generator = torch.Generator(device=model.device)
+        # same captions, whatever the recogniser served before (one generator per calling thread)
+        self._local = threading.local()
+
+    @property
+    def _generator(self) -> torch.Generator:
+        if not hasattr(self._local, "generator"):
+            self._local.generator = torch.Generator(device=self.model.device)
+        return cast(torch.Generator, self._local.generator)
 
     def encode_text(self, text: str) -> list[int]:
         """The token ids of ``text``, as a request's ``prompt_text`` and ``prefix_text`` are encoded."""
@@ -161,10 +171,14 @@ class WhisperRecognizer:
 
         result = first if first is not None else decode_at(rule.temperatures[0])
         if full is not None and (result.looped or rule.is_loop(result)):
+            logger.debug("a window looped at %d audio frames: decoded again at the full context", features.shape[1])
             features = full()[0]
             cache = window_cache(self.model, window_cross(self.model, features))
             result = decode_at(rule.temperatures[0])
-        return rule.decode(decode_at, result), cache
+        final = rule.decode(decode_at, result)
+        if final is not result:
+            logger.debug("fallback from %.1f to %.1f", result.temperature, final.temperature)
+        return final, cache
 
     def _finish(
         self, request: RecognitionRequest, cache: KVCache, result: DecodingResult, sample_len: int

@@ -37,6 +37,8 @@ class ServerConfig:
     max_replay: int = 256
     # Requests run together by the inference worker (encoder batch and decoder steps).
     max_batch: int = 16
+    # Inference threads taking batches from the worker's one queue.
+    workers: int = 1
     # A session whose transcript lags this far behind its audio sends requests less often (longer
     # steps, fewer partials); when the mean lag of all sessions is above refuse_lag_s, new
     # sessions are refused with 1013.
@@ -87,6 +89,8 @@ class ServerConfig:
             raise ConfigError("server.max_replay must be >= 1")
         if self.max_batch < 1:
             raise ConfigError("server.max_batch must be >= 1")
+        if self.workers < 1:
+            raise ConfigError("server.workers must be >= 1")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigError("server.tls_cert and server.tls_key must be given together")
         if not 0 < self.degrade_lag_s < self.refuse_lag_s:

@@ -113,6 +113,7 @@ class Daemon:
             max_batch=server.max_batch,
             # one request per stream, and one per upload being transcribed
             max_pending=4 * server.max_sessions + server.max_uploads,
+            threads=server.workers,
             on_batch=self.metrics.observe_batch,
             clock=clock,
         )

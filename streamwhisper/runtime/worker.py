@@ -1,13 +1,18 @@
-"""InferenceWorker: the one thread that owns the model.
+"""InferenceWorker: the threads that own the model (one by default).
 
 The scheduler of every :class:`~streamwhisper.runtime.pump.Pump` in the process. Pumps submit
-:class:`RecognitionRequest` objects from the event loop with a ``done`` callback. The worker
+:class:`RecognitionRequest` objects from the event loop with a ``done`` callback. A worker
 thread takes the waiting requests, oldest first and at most ``max_batch`` (the urgent ones,
 endpoints and pauses, in a batch of their own while there are any: a turn's final waits for no
 partial), runs them through the recogniser as one batch (one encoder call, decoder steps batched
 across the requests) and calls each ``done`` on the submitting loop with ``call_soon_threadsafe``. A pump has
 at most one request outstanding, so no stream waits for more than one batch ahead of it and the
 queue never holds more than one request per stream (``max_pending`` bounds it anyway).
+
+With ``threads`` > 1 (``server.workers``) each thread takes its own batches from the one queue,
+so that two batches run at once, each on torch threads of its own (the daemon gives each worker
+its share of the cores): under load the cores stay busy while one batch runs Python between
+small tensor operations, where one batch over two torch threads leaves one core waiting.
 
 A batch that raises is run again one request at a time, so that a request the recogniser cannot
 take (a poisoned window) fails alone: every other request of its batch gets its hypothesis.
@@ -20,9 +25,10 @@ streams back in the queue.
 A batch under way stops (:mod:`streamwhisper.model.interrupt`: between encoder blocks and
 decoder steps) when nobody waits for any of its results any more (its requests were withdrawn
 or cancelled), and gives way when a turn's final waits for a request in the queue (an endpoint
-request, or one :meth:`_Job.hasten` made urgent: a pause's request once its turn ended) and the
-batch holds no urgent request, in the first half of its typical time (batches of its size so
-far): past that, waiting for it costs the turn less than the work thrown away costs everyone.
+request, or one :meth:`_Job.hasten` made urgent: a pause's request once its turn ended), no
+thread is free to take it and the batch holds no urgent request, in the first half of its
+typical time (batches of its size so far): past that, waiting for it costs the turn less than
+the work thrown away costs everyone.
 Its requests go back to the queue in their places and the urgent batch runs first. A pause's
 request alone stops nothing (pauses are many, most not a turn's end, and every interruption
 throws work away). A request interrupted once is not interrupted again, so partials are delayed
@@ -86,13 +92,14 @@ class WorkerStats:
     last_batch: int = 0
     recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=256))  # (start, end)
     clock: Callable[[], float] = time.monotonic
+    threads: int = 1
 
     def utilization(self, window_s: float = 5.0) -> float:
-        """Fraction of the last ``window_s`` seconds the worker spent recognising."""
+        """Fraction of the last ``window_s`` seconds the worker's threads spent recognising."""
         now = self.clock()
         since = now - window_s
         busy = sum(min(end, now) - max(start, since) for start, end in list(self.recent) if end > since)
-        return min(busy / window_s, 1.0)
+        return min(busy / (window_s * self.threads), 1.0)
 
 
 class InferenceWorker:
@@ -102,6 +109,8 @@ class InferenceWorker:
         recognizer: the model behind the Recognizer seam; used only from the worker thread.
         max_batch: most requests per batch.
         max_pending: most requests waiting; more raise :class:`SchedulerFull`.
+        threads: worker threads taking batches from the one queue (the recogniser must allow
+            calls from several threads at once).
         on_batch: called on the worker thread after each batch with (size, seconds, waits).
         clock: monotonic seconds for waits and utilisation (read on the worker thread).
     """
@@ -112,6 +121,7 @@ class InferenceWorker:
         *,
         max_batch: int = 16,
         max_pending: int = 256,
+        threads: int = 1,
         on_batch: Callable[[int, float, list[float]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -121,23 +131,28 @@ class InferenceWorker:
         self._on_batch = on_batch
         self._cond = threading.Condition()
         self._queue: list[_Job] = []
-        self._running: list[_Job] = []  # the batch under way
+        self._running: dict[int, list[_Job]] = {}  # the batch under way, per thread
+        self._n_threads = threads
+        self._ended = 0  # threads that ended (the last one calls _on_end)
         self._typical: dict[int, float] = {}  # seconds a batch of each size takes (moving average)
         self._counter = 0
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._on_end: Callable[[], object] = lambda: None  # called by the thread as it ends
         self._clock = clock
-        self.stats = WorkerStats(clock=clock)
+        self.stats = WorkerStats(clock=clock, threads=threads)
 
     @property
     def pending(self) -> int:
         return len(self._queue)
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="streamwhisper-inference", daemon=True)
-            self._thread.start()
+        if not self._threads:
+            for i in range(self._n_threads):
+                name = "streamwhisper-inference" + (f"-{i}" if i else "")
+                self._threads.append(threading.Thread(target=self._run, args=(i,), name=name, daemon=True))
+            for thread in self._threads:
+                thread.start()
 
     def submit(self, request: RecognitionRequest, done: Done) -> _Job:
         """Queue a request (on the event loop); ``done`` is called on that loop with its outcome."""
@@ -160,7 +175,7 @@ class InferenceWorker:
         with self._cond:
             if job in self._queue:
                 self._queue.remove(job)
-            elif job not in self._running:
+            elif not any(job in batch for batch in self._running.values()):
                 return False
             job.cancelled = True
             return True
@@ -181,19 +196,19 @@ class InferenceWorker:
             self._stopping = True
             self._on_end = functools.partial(loop.call_soon_threadsafe, ended.set)
             left, self._queue = self._queue, []
-            self._cond.notify()
+            self._cond.notify_all()
         for job in left:
             if not job.cancelled:
                 job.done(None)
-        if self._thread is not None:
+        if self._threads:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(within_s):  # on the loop's clock
                     await ended.wait()
             if not ended.is_set():
                 logger.warning("stopped without waiting for the batch under way")
-            self._thread = None
+            self._threads = []
 
-    def _take(self) -> list[_Job] | None:
+    def _take(self, me: int) -> list[_Job] | None:
         with self._cond:
             while not self._queue and not self._stopping:
                 self._cond.wait()
@@ -205,19 +220,23 @@ class InferenceWorker:
             # urgent requests run in a batch of their own: an endpoint waits for no partial
             size = min(urgent or live, self._max_batch) if live else 1  # bulk windows run alone
             batch, self._queue = self._queue[:size], self._queue[size:]
-            self._running = batch
+            self._running[me] = batch
             return batch
 
-    def _run(self) -> None:
+    def _run(self, me: int) -> None:
         try:
-            self._serve()
+            self._serve(me)
         finally:
-            with self._cond, contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed
-                self._on_end()
+            with self._cond:
+                self._running.pop(me, None)
+                self._ended += 1
+                if self._ended == len(self._threads):  # the last one out
+                    with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed
+                        self._on_end()
 
-    def _serve(self) -> None:
+    def _serve(self, me: int) -> None:
         trimmed = self._clock()
-        while (batch := self._take()) is not None:
+        while (batch := self._take(me)) is not None:
             if self._clock() - trimmed > TRIM_EVERY_S:  # windows of many sizes come and go:
                 release_free_memory()  # keep the allocator's free pages from piling up
                 trimmed = self._clock()
@@ -234,17 +253,18 @@ class InferenceWorker:
                 self.stats.interrupted += 1
             finally:
                 with self._cond:
-                    self._running = []
+                    self._running[me] = []
             took = self._clock() - began
-            self.stats.busy_seconds += took
-            self.stats.recent.append((began, began + took))
-            if results is None:  # interrupted: its requests run again
-                continue
-            typical = self._typical.get(len(live), took)
-            self._typical[len(live)] = typical + 0.2 * (took - typical)
-            self.stats.requests += len(live)
-            self.stats.batches += 1
-            self.stats.last_batch = len(live)
+            with self._cond:
+                self.stats.busy_seconds += took
+                self.stats.recent.append((began, began + took))
+                if results is None:  # interrupted: its requests run again
+                    continue
+                typical = self._typical.get(len(live), took)
+                self._typical[len(live)] = typical + 0.2 * (took - typical)
+                self.stats.requests += len(live)
+                self.stats.batches += 1
+                self.stats.last_batch = len(live)
             waits = [began - j.submitted for j in live]
             if self._on_batch is not None:
                 self._on_batch(len(live), took, waits)
@@ -262,7 +282,8 @@ class InferenceWorker:
             return False
         with self._cond:
             awaited = any(job.awaited for job in self._queue)
-        if not awaited:
+            idle = len(self._running) < self._n_threads or not all(self._running.values())
+        if not awaited or idle:  # (an idle thread takes the turn's request at once)
             return False
         typical = self._typical.get(len(batch))
         return typical is None or self._clock() - began < typical / 2
