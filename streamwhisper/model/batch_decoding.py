@@ -120,7 +120,7 @@ def decode_greedy_batch(
     Returns one result per window, equal to ``decode(model, tokenizer, features, options[i],
     window_cache(model, windows[i]))[0]``. Rows that finished leave the batch once they are
     ``drop_fraction`` of it (copying the cache of the others costs about one step). A row with
-    ``stop_loops[i]`` stops as soon as its tokens :func:`loop`, marked ``looped`` (its result
+    ``stop_loops[i]`` stops as soon as its tokens :func:`loops`, marked ``looped`` (its result
     then differs from ``decode()``'s, which runs on to the budget).
     """
     for o in options:

@@ -63,8 +63,9 @@ class WhisperRecognizer:
         A request's ``prompt_text`` and ``prefix_text`` are encoded here, on the caller's
         (inference) thread. Windows of the same fitted length are encoded together (each window
         at its own audio context, which depends on the batch only through the size rule of
-        ``audio_ctx="auto"``); the first, greedy, pass decodes every window at once; the rare
-        temperature fallbacks run one window at a time.
+        ``audio_ctx="auto"``); the first, greedy, pass decodes every window at once; a window
+        that loops at a fitted context is decoded again at 30 s, and the rare temperature
+        fallbacks run one window at a time.
         """
         if not requests:
             return []
