@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument(
         "--workers",
         type=int,
-        help="inference threads, each with its share of the cores (default 1; 2 serves many streams faster)",
+        help="inference threads running batches at once (default 1; 2 serves many streams sooner)",
     )
     sv.add_argument(
         "--wyoming-port",
@@ -236,6 +236,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from .model.loading import core_sharing
     from .model.serving import WhisperRecognizer
     from .runtime.server import Daemon, warm_up
 
@@ -244,7 +245,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     warm_up(recognizer)
 
     async def run() -> None:
-        daemon = Daemon(config.server, config.streaming, recognizer, config.model.name)
+        sharing = core_sharing(config.server.workers, config.model.threads)
+        daemon = Daemon(config.server, config.streaming, recognizer, config.model.name, on_batch_start=sharing)
         await daemon.start()
         print(f"streamwhisper: serving {config.model.name} on {daemon.url}/v1/stream (Ctrl-C to stop)", file=sys.stderr)
         if config.server.wyoming_port:

@@ -7,6 +7,9 @@ unbatched. tiny.en comes from the session fixture; base is loaded once for this 
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -19,7 +22,7 @@ from streamwhisper.errors import ConfigError
 from streamwhisper.model.attention import blocked_attention
 from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
-from streamwhisper.model.loading import bfloat16_pays_off, configure_threads, load_model
+from streamwhisper.model.loading import bfloat16_pays_off, configure_threads, core_sharing, load_model
 from streamwhisper.model.tokenizer import get_tokenizer
 from streamwhisper.model.whisper import ModelDimensions, Whisper
 from streamwhisper.transcribe import Transcriber
@@ -560,3 +563,27 @@ def test_cuda_default_compute_type_transcribes_jfk(jfk_audio: np.ndarray) -> Non
     assert next(model.parameters()).is_cuda and model.dtype == torch.float16
     result = Transcriber(model).transcribe(jfk_audio)
     assert word_error_rate([JFK_REFERENCE], [result.text]) <= 0.1
+
+
+def test_core_sharing_gives_a_batch_alone_every_core_and_one_beside_another_its_share() -> None:
+    """Two inference workers on this machine's cores: torch threads are set on the calling
+    thread before each batch, only when the count changes; nothing to share for one worker or
+    an explicit thread count."""
+    assert core_sharing(1) is None and core_sharing(2, threads=3) is None
+    share = core_sharing(2)
+    assert share is not None
+    cores = len(os.sched_getaffinity(0))
+    seen: list[int] = []
+
+    def in_a_worker_thread() -> None:
+        share(1)
+        seen.append(torch.get_num_threads())
+        share(2)
+        seen.append(torch.get_num_threads())
+
+    before = torch.get_num_threads()
+    thread = threading.Thread(target=in_a_worker_thread)
+    thread.start()
+    thread.join()
+    torch.set_num_threads(before)  # (torch's count may be process-wide on some builds)
+    assert seen == [cores, max(1, cores // 2)]

@@ -367,9 +367,10 @@ def test_two_worker_threads_run_two_batches_at_once() -> None:
     """With ``threads=2`` a request waits for no batch under way while the other thread is free;
     a turn's request then interrupts nothing (the free thread takes it); ``stop`` ends both."""
     recognizer = TimedRecognizer(checkpoints=True)
+    starts: list[int] = []
 
     async def main() -> None:
-        worker = InferenceWorker(recognizer, max_batch=4, threads=2)
+        worker = InferenceWorker(recognizer, max_batch=4, threads=2, on_start=starts.append)
         client = Client(worker)
         held = recognizer.gate(0)
         worker.start()
@@ -387,6 +388,7 @@ def test_two_worker_threads_run_two_batches_at_once() -> None:
         assert not any(t.is_alive() for t in threads)
         assert worker.stats.interrupted == 0 and worker.stats.requests == 3
         assert sorted(map(sorted, recognizer.batches)) == [["a"], ["busy"], ["e"]]
+        assert starts == [1, 2, 2], "alone, then each beside the held batch"
 
     run(recognizer, main)
 

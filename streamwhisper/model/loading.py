@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -95,10 +97,32 @@ def configure_threads(threads: int = 0, workers: int = 1) -> None:
     """
     threadpool_limits(1, user_api="blas")
     if not threads and workers > 1:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        threads = max(1, cores // workers)
+        threads = max(1, _cores() // workers)
     if threads:
         torch.set_num_threads(threads)
+
+
+def core_sharing(workers: int, threads: int = 0) -> Callable[[int], None] | None:
+    """For ``workers`` inference threads (and ``threads`` 0, torch's choice): a hook to call on
+    a worker thread before each batch with the number of batches then running. A batch alone
+    gets every core, one beside others its share (torch's intra-op thread count is per calling
+    thread): one stream is not slowed by the second worker, and under load two batches run at
+    once without four threads on two cores. None when there is nothing to share."""
+    if workers <= 1 or threads:
+        return None
+    cores, mine = _cores(), threading.local()
+
+    def share(running: int) -> None:
+        n = cores if running <= 1 else max(1, cores // workers)
+        if getattr(mine, "threads", None) != n:
+            torch.set_num_threads(n)
+            mine.threads = n
+
+    return share
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def quantize(model: Whisper, scope: str) -> Whisper:

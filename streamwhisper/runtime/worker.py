@@ -10,9 +10,10 @@ at most one request outstanding, so no stream waits for more than one batch ahea
 queue never holds more than one request per stream (``max_pending`` bounds it anyway).
 
 With ``threads`` > 1 (``server.workers``) each thread takes its own batches from the one queue,
-so that two batches run at once, each on torch threads of its own (the daemon gives each worker
-its share of the cores): under load the cores stay busy while one batch runs Python between
-small tensor operations, where one batch over two torch threads leaves one core waiting.
+so that two batches run at once: under load the cores stay busy while one batch runs Python
+between small tensor operations, where one batch over two torch threads leaves a core waiting.
+``on_start`` lets the daemon give a batch every core while it runs alone, its share beside
+another (:func:`~streamwhisper.model.loading.core_sharing`).
 
 A batch that raises is run again one request at a time, so that a request the recogniser cannot
 take (a poisoned window) fails alone: every other request of its batch gets its hypothesis.
@@ -112,6 +113,8 @@ class InferenceWorker:
         threads: worker threads taking batches from the one queue (the recogniser must allow
             calls from several threads at once).
         on_batch: called on the worker thread after each batch with (size, seconds, waits).
+        on_start: called on the worker thread before each batch with the number of batches
+            then under way, this one included (the daemon shares the cores by it).
         clock: monotonic seconds for waits and utilisation (read on the worker thread).
     """
 
@@ -123,12 +126,14 @@ class InferenceWorker:
         max_pending: int = 256,
         threads: int = 1,
         on_batch: Callable[[int, float, list[float]], None] | None = None,
+        on_start: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._recognizer = recognizer
         self._max_batch = max_batch
         self._max_pending = max_pending
         self._on_batch = on_batch
+        self._on_start = on_start
         self._cond = threading.Condition()
         self._queue: list[_Job] = []
         self._running: dict[int, list[_Job]] = {}  # the batch under way, per thread
@@ -243,6 +248,10 @@ class InferenceWorker:
             live = [job for job in batch if not job.cancelled]
             if not live:
                 continue
+            if self._on_start is not None:
+                with self._cond:
+                    running = sum(1 for b in self._running.values() if b)
+                self._on_start(running)
             began = self._clock()
             results: list[Outcome] | None = None
             try:
