@@ -339,7 +339,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     class Daemon:
         url = "ws://127.0.0.1:0"
 
-        def __init__(self, server: Any, streaming: Any, recognizer: Any, model_name: str) -> None:
+        def __init__(self, server: Any, streaming: Any, recognizer: Any, model_name: str, **hooks: Any) -> None:
             built.append(recognizer)
 
         async def start(self) -> None:
