@@ -164,10 +164,10 @@ def resolve_config(args: argparse.Namespace) -> Config:
 
 
 def load_configured_model(config: Config):  # type: ignore[no-untyped-def]
-    """Apply the thread settings (for ``server.workers`` inference threads) and load the configured model."""
+    """Apply the thread settings and load the configured model."""
     from .model.loading import configure_threads, load_model
 
-    configure_threads(config.model.threads, workers=config.server.workers)
+    configure_threads(config.model.threads)
     m = config.model
     return load_model(m.name, m.device, m.compute_type, m.download_root or None, m.download_url or None)
 

@@ -87,17 +87,15 @@ def bfloat16_pays_off() -> bool:
     return bf16 < 0.8 * fp32
 
 
-def configure_threads(threads: int = 0, workers: int = 1) -> None:
-    """Give the cores to torch: ``threads`` intra-op threads (0 keeps torch's one per core, or
-    with several inference ``workers`` calling torch at once, each its share of the cores).
+def configure_threads(threads: int = 0) -> None:
+    """Give the cores to torch: ``threads`` intra-op threads (0 keeps torch's one per core;
+    several inference workers share them batch by batch: :func:`core_sharing`).
 
     numpy's BLAS runs single-threaded: its threads busy-wait after each call (the mel
     projection of every request) and take the cores from the torch threads encoding next
     (tiny.en streamed at a 0.5 s step: 250 ms a request instead of 170 ms).
     """
     threadpool_limits(1, user_api="blas")
-    if not threads and workers > 1:
-        threads = max(1, _cores() // workers)
     if threads:
         torch.set_num_threads(threads)
 

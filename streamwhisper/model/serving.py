@@ -76,21 +76,26 @@ class WhisperRecognizer:
         beam = (cfg.beam_size or None) if len(requests) <= cfg.beam_max_batch else None
         bases = [self._decode_options(r, beam) for r in requests]
         firsts: list[DecodingResult | None] = [None] * len(requests)
+        fitted = [f.shape[1] < model.dims.n_audio_ctx for f in features]
         # one window alone: the reference path (about 5 % faster than a batch of one)
         # (windows decoded with timestamp tokens take the reference path)
         plain = [i for i, r in enumerate(requests) if not r.timestamps and r.temperatures is None]
         if cfg.batch_decode and len(plain) > 1 and beam is None and cfg.fallback.temperatures[0] == 0:
             some = [windows[i] for i in plain]
-            fitted = [features[i].shape[1] < model.dims.n_audio_ctx for i in plain]
-            batched = decode_greedy_batch(model, self._tokenizer, some, [bases[i] for i in plain], stop_loops=fitted)
+            stop_loops = [fitted[i] for i in plain]
+            batched = decode_greedy_batch(
+                model, self._tokenizer, some, [bases[i] for i in plain], stop_loops=stop_loops
+            )
             for i, decoded in zip(plain, batched, strict=True):
                 firsts[i] = decoded
         hypotheses = []
-        for request, f, window, base, first in zip(requests, features, windows, bases, firsts, strict=True):
+        for request, f, window, base, first, short in zip(
+            requests, features, windows, bases, firsts, fitted, strict=True
+        ):
             rule = cfg.fallback
             if request.temperatures is not None:
                 rule = dataclasses.replace(rule, temperatures=request.temperatures)
-            full = partial(self._encode, [request], [N_FRAMES]) if f.shape[1] < model.dims.n_audio_ctx else None
+            full = partial(self._encode, [request], [N_FRAMES]) if short else None
             result, cache = self._decode_with_fallback(
                 base, f, window, first, seed=partial(_seed, request), rule=rule, full=full
             )

@@ -250,7 +250,7 @@ class InferenceWorker:
                 continue
             if self._on_start is not None:
                 with self._cond:
-                    running = sum(1 for b in self._running.values() if b)
+                    running = self._batches_running()
                 self._on_start(running)
             began = self._clock()
             results: list[Outcome] | None = None
@@ -283,6 +283,10 @@ class InferenceWorker:
                 with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                     job.loop.call_soon_threadsafe(_deliver, job, outcome)
 
+    def _batches_running(self) -> int:
+        """How many threads have a batch under way (called holding the lock)."""
+        return sum(1 for batch in self._running.values() if batch)
+
     def _gives_way(self, batch: list[_Job], began: float) -> bool:
         """Whether the batch under way should stop now (called at the model's checkpoints)."""
         if all(job.cancelled for job in batch):
@@ -291,7 +295,7 @@ class InferenceWorker:
             return False
         with self._cond:
             awaited = any(job.awaited for job in self._queue)
-            idle = len(self._running) < self._n_threads or not all(self._running.values())
+            idle = self._batches_running() < self._n_threads
         if not awaited or idle:  # (an idle thread takes the turn's request at once)
             return False
         typical = self._typical.get(len(batch))
