@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks.conversation import SR, compose, speaker
 from benchmarks.offline_accuracy import accuracy_report
+from benchmarks.resume import Run, best_match
 from benchmarks.scoring import Clip, normalize_with_marks, word_error_rate
 from benchmarks.streaming import summarize
 from streamwhisper.bench import StreamRun, score_latency
@@ -165,3 +166,21 @@ def test_offline_accuracy_sums_each_engine_over_its_category() -> None:
     assert ours[4:7] == ["2", "16.67", "6.0"]  # 1 edit in 6 words; 6 s of audio in 1 s
     fw = [cell.strip() for cell in lines["faster-whisper int8"].split("|")]
     assert fw[4:7] == ["1", "33.33", "3.0"]
+
+
+def test_a_cut_run_may_read_two_places_as_two_different_uninterrupted_runs_did() -> None:
+    """CI's failure: the uninterrupted runs read "am i ... ask" or "my ... asked"; a run cut at word
+    2 read "my ... ask", which loses no word (against the second) and differs from the first only
+    inside the cut's window. A word lost at the cut still counts against every run."""
+
+    def run(text: str, cut_s: float | None = None) -> Run:
+        words = tuple(Word(f" {w}", i * 0.5, i * 0.5 + 0.4, 0.9) for i, w in enumerate(text.split()))
+        return Run([Final(text, 0.0, words[-1].end, words, 0)], cut_s)
+
+    baselines = [run("and so am i fellow americans ask not"), run("and so my fellow americans asked not")]
+    both = best_match(baselines, run("and so my fellow americans ask not", cut_s=1.3))
+    assert (both.duplicated, both.lost, both.outside) == (0, 0, [])
+    lost = best_match(baselines, run("and so fellow americans ask not", cut_s=1.3))
+    assert (lost.duplicated, lost.lost, lost.outside) == (0, 1, [])
+    far = best_match(baselines, run("and so my fellow americans asked", cut_s=1.3))
+    assert far.lost == 1 and far.outside == ["delete ['not'] -> [] at word 6 (cut at word 2)"]

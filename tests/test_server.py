@@ -63,6 +63,24 @@ def check_stream(messages: list[ServerMessage | Unknown]) -> Closed:
     return closed[0]
 
 
+def check_own_transcripts(clips: dict[str, Clip], results: dict[str, list[ServerMessage | Unknown]]) -> None:
+    """Each client got its own clip's transcript (its own reference explains it at least twice as
+    well as any other's), and together they are as accurate as the daemon under load must be.
+
+    The accuracy bound is on the corpus, not each clip: on a 14-word clip one word decides it,
+    and a window decoded in a batch is decoded greedily at a fitted audio context, alone with
+    beam search at 30 s (RecognizerConfig). en_ps_librivox_sense_0890's last window, read that way
+    in a batch, says "ill-disposed" as "old-asposed" (alone: as said), 4 or 5 of its 14 words
+    wrong, so whether it passed a bound of 0.35 depended on whether its final window shared a
+    batch."""
+    for name, messages in results.items():
+        wer = {other: word_error_rate([clips[other].reference], [transcript(messages)]) for other in results}
+        nearest = min(w for other, w in wer.items() if other != name)
+        assert wer[name] <= nearest / 2, f"{name}: WER {wer[name]:.2f}: {transcript(messages)!r}"
+    refs = [clips[name].reference for name in results]
+    assert word_error_rate(refs, [transcript(m) for m in results.values()]) <= 0.15
+
+
 def http_get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=10) as r:
@@ -81,17 +99,12 @@ def test_eight_concurrent_clients_get_their_own_transcripts(serving_model, clips
     with LiveServer(serving_model, max_sessions=8) as server:
         results = asyncio.run(run(server.url))
         status, body = http_get(server.http + "/metrics")
-    refs, hyps = [], []
     for name, messages in results.items():
         closed = check_stream(messages)
         assert isinstance(messages[0], Ready) and messages[0].config.label == name
         assert closed.reason == "eof"
         assert closed.audio_seconds == pytest.approx(len(audio[name]) / 16000, abs=0.01)
-        wer = word_error_rate([clips[name].reference], [transcript(messages)])
-        assert wer <= 0.35, f"{name}: WER {wer:.2f}: {transcript(messages)!r}"
-        refs.append(clips[name].reference)
-        hyps.append(transcript(messages))
-    assert word_error_rate(refs, hyps) <= 0.15
+    check_own_transcripts(clips, results)
     assert status == 200
     assert re.search(r"^streamwhisper_sessions_accepted_total 8\.0$", body, re.M)
     batches = re.search(r"^streamwhisper_batch_size_count (\S+)$", body, re.M)
@@ -101,11 +114,8 @@ def test_eight_concurrent_clients_get_their_own_transcripts(serving_model, clips
 
 def test_two_inference_workers_serve_concurrent_clients(serving_model, clips) -> None:
     """``server.workers = 2``: two threads call the one real recogniser at once (its fallback
-    generators are per thread) and every client still gets its own transcript. (Without
-    en_ps_librivox_sense_0890: under load it sometimes decodes "ill disposed" as "old as
-    opposed", 0.357 against the 0.35 bound, issue 24's load-time accuracy, which the eight-client
-    test above keeps in view; this test is about two threads.)"""
-    names = [n for n in CLIPS if n != "en_ps_librivox_sense_0890"][:4]
+    generators are per thread) and every client still gets its own transcript."""
+    names = CLIPS[:4]
     audio = {name: load_audio(clips[name].wav) for name in names}
 
     async def run(url: str) -> list[list]:
@@ -115,10 +125,9 @@ def test_two_inference_workers_serve_concurrent_clients(serving_model, clips) ->
         assert server.inspect(lambda d: sum(t.is_alive() for t in d.ctx.worker._threads)) == 2
         results = asyncio.run(run(server.url))
         batches = server.inspect(lambda d: d.ctx.worker.stats.batches)
-    for name, messages in zip(names, results, strict=True):
+    for messages in results:
         assert check_stream(messages).reason == "eof"
-        wer = word_error_rate([clips[name].reference], [transcript(messages)])
-        assert wer <= 0.35, f"{name}: WER {wer:.2f}: {transcript(messages)!r}"
+    check_own_transcripts(clips, dict(zip(names, results, strict=True)))
     assert batches > len(names)
 
 
