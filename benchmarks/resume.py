@@ -14,11 +14,12 @@ outside the window, are counted as duplicated; words it has fewer of, as lost. U
 of the same clip differ among themselves (the requests' timing differs from run to run, and the
 streaming core's result with it), so a cut run is compared with each of ``BASELINES``
 uninterrupted runs on the daemon and with the same clip replayed through the daemon's streaming
-core on simulated schedules (:func:`replayed`: every request costs one of ``REPLAY_COSTS_S``),
-and judged by the ones it matches best (:func:`best_match`): it must equal *an* uninterrupted
-run outside its cut's window, and lose or duplicate no word against one. On en_jfk the live
-runs alone did not cover what the schedule decides: on an idle Intel Xeon, 4 of 40 uninterrupted runs heard "asked" for "ask", and a cut run that did so failed a
-comparison with 20 of them that all heard "ask"; the replays hear it at most costs.
+core on simulated schedules (:func:`replayed`: every request costs one of ``REPLAY_COSTS_S``), and
+judged by the ones it matches best (:func:`best_match`): it must equal *an* uninterrupted run
+outside its cut's window, and lose or duplicate no word against one. On en_jfk the live runs alone
+did not cover what the schedule decides: on an idle Intel Xeon, 4 of 40 uninterrupted runs heard
+"asked" for "ask", and a cut run that did so failed a comparison with 20 of them that all heard
+"ask"; the replays hear it at most costs.
 
 Prints per mode: the resume gap (from the new connection to the first replayed final or, with
 nothing to replay, the first final after it), the words duplicated and lost over the runs, the
