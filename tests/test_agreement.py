@@ -221,7 +221,7 @@ def test_a_reopened_window_that_hears_nothing_new_gives_the_utterance_its_prefix
     assert p.observe(hyp(words[2:], 0.7), 0.7, 3.5) == []  # only the committed words again
     assert p.context(0.7) == (" can do", " for you")
     said = [(" Ask", 2.5, 2.8), (" what", 2.8, 3.1), (" you", 3.1, 3.3)]
-    assert texts(p.observe(hyp(said, 0.7), 0.7, 3.6, endpoint=True, prefixed=True)) == [("Final", "Ask what you")]
+    assert texts(p.observe(hyp(said, 0.7), 0.7, 3.6, endpoint=True, prefix=" for you")) == [("Final", "Ask what you")]
     p.observe(hyp([(" Yes.", 5.0, 5.4)], 4.0), 4.0, 6.0, endpoint=True)
     assert p.context(3.0) == ("", ""), "the next utterance hears its reopened words again"
 

@@ -64,6 +64,39 @@ def test_find_loop_a_sentence_of_any_length_twice(n: int) -> None:
     assert find_loop([*sentence, "and", *sentence], max_ngram=8, min_repeats=3, long_ngram=3) is None
 
 
+def test_find_loop_after_a_prefix_counts_only_loops_that_end_after_it() -> None:
+    words = ["a", "b", "c", "d", "e", "a", "b", "c", "d", "e"]
+    assert find_loop(words, max_ngram=8, min_repeats=3, long_ngram=3, after=3) == 5  # begun in the prefix
+    assert find_loop(words, max_ngram=8, min_repeats=3, long_ngram=3, after=5) is None  # said before it
+    assert find_loop([*["x", "x", "x", "x"], *words], max_ngram=8, min_repeats=3, long_ngram=3, after=5) == 9
+
+
+def timed(text: str) -> list[tuple[str, float, float]]:
+    """Each word of ``text`` said in 0.3 s, one after another from 0."""
+    return [(f" {w}", 0.3 * i, 0.3 * i + 0.3) for i, w in enumerate(text.split())]
+
+
+def test_a_phrase_begun_in_the_forced_prefix_and_said_again_is_a_loop() -> None:
+    """Apollo 11's air-to-ground loop (hard, replayed at 0.3 s a request): after the committed
+    "We got a recommendation for you on your", the window's last hypothesis went on "uh, join the
+    VA." and said all of it again, the repeat squeezed into the window's last 0.6 s; the final
+    said the sentence twice. Said again after it was all committed, a phrase is speech."""
+    committed = " We got a recommendation for you on your"
+    new = "uh, join the VA. We got a recommendation for you on your, uh, join the VA."
+    looped = hyp(timed(new))
+    words, reason = screen(looped, PolicyConfig(), prefix=committed)
+    assert reason == "loop" and [w.word for w in words] == [" uh,", " join", " the", " VA."]
+    assert screen(looped, PolicyConfig())[1] == ""  # the new words alone repeat nothing back to back
+    again = hyp(timed("Okay, no problem, we'll see."))
+    assert screen(again, PolicyConfig(), prefix=" Okay, no problem.") == (again.words, "")
+    # through the policy: the request's prefix text
+    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p.observe(hyp(timed(committed)), 0.0, 3.0, endpoint=True)
+    later = [(w.word, 2.4 + w.start, 2.7 + w.start) for w in looped.words]
+    events = p.observe(hyp(later), 0.0, 8.0, endpoint=True, prefix=committed)
+    assert texts(events) == [("Final", "uh, join the VA.")]
+
+
 def test_screen_rejects_silence_low_confidence_and_compression() -> None:
     cfg = PolicyConfig()
     words = [(" hi", 0.0, 0.3)]
@@ -247,18 +280,18 @@ def test_a_run_of_four_committed_words_is_kept() -> None:
 def test_prompt_copies_are_dropped_in_prefixed_windows_too() -> None:
     p = committed_six()
     # The window still holds the committed words (decoded as the prefix): only new words come.
-    events = p.observe(hyp(later("two three four five six seven")), 0.0, 6.0, prefixed=True)
+    events = p.observe(hyp(later("two three four five six seven")), 0.0, 6.0, prefix=" one two three four five six")
     assert texts(events) == [("Partial", "seven")]
 
 
 def test_a_prefixed_window_repeating_the_last_committed_words_drops_them() -> None:
     p = committed_six()
     # After the forced prefix the decoder says its last phrase again: that is not new speech.
-    events = p.observe(hyp(later("five six seven")), 0.0, 6.0, prefixed=True)
+    events = p.observe(hyp(later("five six seven")), 0.0, 6.0, prefix=" one two three four five six")
     assert texts(events) == [("Partial", "seven")]
     # One repeated word may be speech ("the the"): kept.
     q = committed_six()
-    events = q.observe(hyp(later("six seven")), 0.0, 6.0, prefixed=True)
+    events = q.observe(hyp(later("six seven")), 0.0, 6.0, prefix=" one two three four five six")
     assert texts(events) == [("Partial", "six seven")]
 
 

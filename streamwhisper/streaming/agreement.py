@@ -114,21 +114,21 @@ class CommitPolicy:
         window_end: float,
         *,
         endpoint: bool = False,
-        prefixed: bool = False,
+        prefix: str = "",
         speech_goes_on: bool = False,
     ) -> list[Event]:
         """Take the hypothesis of the window ``[window_start, window_end)``.
 
-        ``prefixed``: the window was decoded after the committed words it holds (a forced
-        prefix), so the hypothesis holds only new words and needs no boundary de-duplication.
+        ``prefix``: the committed words the window holds, which it was decoded after (a forced
+        prefix; '' when none), so the hypothesis holds only new words and needs no boundary de-duplication.
 
         Without ``endpoint``, words agreed with the previous hypothesis become a ``Final`` and
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
         this hypothesis becomes final and the commit point moves to ``window_end``.
         """
-        placed, reason = self._screened(hypothesis, window_start, window_end, prefixed)
+        placed, reason = self._screened(hypothesis, window_start, window_end, prefix)
         logger.debug(
-            "hypothesis at %.2f-%.2f s%s%s: %r", window_start, window_end, " (prefixed)" if prefixed else "",
+            "hypothesis at %.2f-%.2f s%s%s: %r", window_start, window_end, " (prefixed)" if prefix else "",
             " (endpoint)" if endpoint else "",
             " ".join(f"{w.word.strip()}:{w.probability:.2f}" for w in hypothesis.words),
         )
@@ -182,9 +182,9 @@ class CommitPolicy:
         events.extend(self._refresh_partial())
         return events
 
-    def ends_at_committed(self, hypothesis: Hypothesis, start: float, end: float, *, prefixed: bool) -> bool:
+    def ends_at_committed(self, hypothesis: Hypothesis, start: float, end: float, *, prefix: str) -> bool:
         """Whether the decoder ended its text at the committed words: the screen kept all, none is new."""
-        placed, reason = self._screened(hypothesis, start, end, prefixed)
+        placed, reason = self._screened(hypothesis, start, end, prefix)
         return not placed and not reason
 
     def close(
@@ -306,6 +306,16 @@ class CommitPolicy:
             prefix = prefix.rstrip(CLAUSE_END_PUNCTUATION)
         return prompt, prefix
 
+    def draft(self, window_start: float) -> str:
+        """What a window from ``window_start`` likely says after its prefix: the latest hypothesis's
+        uncommitted words, after the committed ones of a reopened window or the prefix's bare mark."""
+        inside = "".join(w.word for w in self._tail if w.end > window_start)
+        pending = "".join(w.word for w in self._pending)
+        if self._rehears(window_start):
+            return inside + pending
+        mark = inside[len(inside.rstrip(CLAUSE_END_PUNCTUATION)) :] if self._config.bare_prefix_end else ""
+        return mark + pending
+
     def _rehears(self, window_start: float) -> bool:
         """Whether a window starting at ``window_start`` is decoded without the committed words
         it holds: reopened over an utterance that closed at a pause (none committed since)."""
@@ -324,12 +334,12 @@ class CommitPolicy:
         )
 
     def _screened(
-        self, hypothesis: Hypothesis, window_start: float, window_end: float, prefixed: bool
+        self, hypothesis: Hypothesis, window_start: float, window_end: float, prefix: str
     ) -> tuple[list[Word], str]:
         """(the placed words of the screened hypothesis, why words were dropped: '' if none were)."""
-        vouched = lambda ws: self._vouched(ws, window_start, window_end, prefixed)  # noqa: E731
-        words, reason = screen(hypothesis, self._config, vouched)
-        return self._place(words, window_start, window_end, prefixed), reason
+        vouched = lambda ws: self._vouched(ws, window_start, window_end, bool(prefix))  # noqa: E731
+        words, reason = screen(hypothesis, self._config, vouched, prefix)
+        return self._place(words, window_start, window_end, bool(prefix)), reason
 
     def _place(
         self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool = False

@@ -47,8 +47,11 @@ def normalize_word(word: str) -> str:
     return "".join(ch for ch in word.casefold() if unicodedata.category(ch)[0] not in "PZC")
 
 
-def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int, long_ngram: int = 0) -> int | None:
-    """Index just after the first occurrence of the earliest repeated n-gram loop, or None.
+def find_loop(
+    words: Sequence[str], max_ngram: int, min_repeats: int, long_ngram: int = 0, after: int = 0
+) -> int | None:
+    """Index just after the first occurrence of the earliest repeated n-gram loop, or None;
+    only loops whose first occurrence ends after the first ``after`` words count.
 
     A loop is an n-gram repeated ``min_repeats`` times back to back (``min_repeats + 1`` for a
     single word, since "no no no" is ordinary speech); an n-gram of ``long_ngram`` words or more
@@ -65,7 +68,7 @@ def find_loop(words: Sequence[str], max_ngram: int, min_repeats: int, long_ngram
             repeats = 2
         elif n > max_ngram:
             continue
-        for i in range(len(words) - n * repeats + 1):
+        for i in range(max(0, after - n + 1), len(words) - n * repeats + 1):
             if best is not None and i + n >= best:
                 break
             if words[i + n] != words[i]:  # cheap first: most positions start no repeat
@@ -104,7 +107,10 @@ def mean_word_probability(words: Sequence[HypothesisWord]) -> float:
 
 
 def screen(
-    hypothesis: Hypothesis, config: PolicyConfig, vouched: Callable[[Sequence[HypothesisWord]], bool] | None = None
+    hypothesis: Hypothesis,
+    config: PolicyConfig,
+    vouched: Callable[[Sequence[HypothesisWord]], bool] | None = None,
+    prefix: str = "",
 ) -> tuple[tuple[HypothesisWord, ...], str]:
     """The usable words of a hypothesis and why the rest was dropped ('' when nothing was).
 
@@ -115,7 +121,11 @@ def screen(
     ``vouched(words)``: whether the previous hypothesis already said these words; doubted words
     (a low mean probability) are kept when it did: a short window padded to 30 s lowers the
     model's confidence, not the words' truth; so are the few words of a hypothesis sampled at a
-    fallback temperature.
+    fallback temperature. ``prefix``: the forced prefix's text, the committed words the window
+    was decoded after: a phrase said twice is a loop also when its
+    first occurrence began among them (the decoder ran past the audio saying the committed words
+    and its own continuation again: "We got a recommendation for you on your" then "uh, join
+    the VA. We got a recommendation for you on your, uh, join the VA.").
     """
     if hypothesis.silent:
         return (), "no_speech"
@@ -124,9 +134,10 @@ def screen(
     if hypothesis.no_speech_prob > config.no_speech_hard_threshold:
         return (), "no_speech_hard"
     words = tuple(w for w in hypothesis.words if normalize_word(w.word))
-    cut = find_loop(
-        [normalize_word(w.word) for w in words], config.loop_max_ngram, config.loop_min_repeats, config.loop_long_ngram
-    )
+    before = [k for w in prefix.split() if (k := normalize_word(w))]
+    keys = [*before, *(normalize_word(w.word) for w in words)]
+    cut = find_loop(keys, config.loop_max_ngram, config.loop_min_repeats, config.loop_long_ngram, after=len(before))
+    cut = None if cut is None else cut - len(before)
     # A loop reinforces itself (its repeats reach probability 0.8-0.9): judge what precedes it.
     judged = hypothesis.words if cut is None else words[:cut]
     doubted = bool(judged) and mean_word_probability(judged) < config.min_mean_word_probability

@@ -218,8 +218,7 @@ class Streamer:
         prompt, prefix = self._policy.context(start / SAMPLE_RATE)
         request = RecognitionRequest(
             mel=mel,
-            prompt_text=prompt,
-            prefix_text=prefix,
+            prompt_text=prompt, prefix_text=prefix, draft_text=self._policy.draft(start / SAMPLE_RATE),
             max_prompt_tokens=self._config.policy.max_prompt_tokens,
             language=self._config.language,
             task=self._config.task,
@@ -230,7 +229,7 @@ class Streamer:
             urgent=endpoint or pause,
         )
         held = endpoint and carried(self._config, start, self._utterance_start, end)
-        self._inflight = _Inflight(request, start, end, endpoint, bool(prefix), endpoint and self._speech_goes_on, held)
+        self._inflight = _Inflight(request, start, end, endpoint, prefix, endpoint and self._speech_goes_on, held)
         self._last_request_end = end
         if endpoint and not held:
             self._end_utterance()
@@ -281,13 +280,13 @@ class Streamer:
             raise RuntimeError("complete() without an outstanding request")
         self._inflight = None
         start, end = inflight.start / SAMPLE_RATE, inflight.end / SAMPLE_RATE
-        if inflight.held and self._policy.ends_at_committed(hypothesis, start, end, prefixed=inflight.prefixed):
+        if inflight.held and self._policy.ends_at_committed(hypothesis, start, end, prefix=inflight.prefix):
             logger.debug("endpoint window at %.2f-%.2f s ended at the committed words: decoded again", start, end)
             self._audio.advance(self._utterance_start)  # still due: its request is next, uncarried
             return []
         events = self._policy.observe(
             hypothesis, start, end,
-            endpoint=inflight.endpoint, prefixed=inflight.prefixed, speech_goes_on=inflight.speech_goes_on,
+            endpoint=inflight.endpoint, prefix=inflight.prefix, speech_goes_on=inflight.speech_goes_on,
         )
         if inflight.held:
             self._end_utterance()
@@ -296,7 +295,7 @@ class Streamer:
         if not inflight.endpoint:
             if heard:  # a hypothesis without a usable word leaves the endpoint its own request
                 self._heard_to = inflight.end
-            elif inflight.prefixed:  # the decoder may have ended its text at the carried words
+            elif inflight.prefix:  # the decoder may have ended its text at the carried words
                 self._uncarry(inflight)
             events.extend(self._pause_final())
             events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
@@ -392,7 +391,7 @@ class _Inflight:
     start: int  # samples, hop-aligned
     end: int
     endpoint: bool
-    prefixed: bool = False  # decoded after the committed words in its window
+    prefix: str = ""  # the committed words in its window, which it was decoded after
     speech_goes_on: bool = False  # a forced endpoint inside speech (see finalize)
     # A carried endpoint window: its utterance stays open until the hypothesis is back; if the
     # decoder ended its text at the carried words, the endpoint is decoded again from the utterance.
