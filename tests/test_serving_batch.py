@@ -13,7 +13,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 from benchmarks.scoring import Clip, normalize
 from streamwhisper.audio.files import load_audio
@@ -264,58 +263,6 @@ def test_a_window_that_loops_at_a_fitted_context_is_decoded_again_at_the_full_co
     full = WhisperRecognizer(default_model, RecognizerConfig(audio_ctx="full")).recognize(batch)
     assert [h.tokens for h in hypotheses] == [h.tokens for h in full]
     _compare(default_model, [batch[0], replace(batch[1], prompt_text="")])  # fitted too
-
-
-def test_a_draft_saves_decoder_steps_and_changes_no_result(
-    default_model: Whisper, streamed: list[RecognitionRequest]
-) -> None:
-    """Each window's draft (what its stream's last hypothesis said) is fed with the first
-    tokens; a row takes its greedy tokens from it while they agree. Right drafts leave one
-    decoder pass for the whole batch; right, wrong, too long, unrelated or no drafts give the
-    tokens, probabilities and alignment scores of decoding without any."""
-    recognizer = WhisperRecognizer(default_model, RecognizerConfig(**FIT))
-    batch = _windows_2_to_10_s(streamed)[:3] + [r for r in _windows_2_to_10_s(streamed) if r.prefix][:2]
-    features = recognizer._encode(batch, [recognizer._frames(r.mel.shape[-1], len(batch)) for r in batch])
-    windows = [window_cross(default_model, f) for f in features]
-    plain = [replace(recognizer._decode_options(r, None), draft=()) for r in batch]
-    calls: list[int] = []
-    forward = default_model.decoder.forward
-
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        return forward(*args, **kwargs)
-
-    def decoded(drafts: list[tuple[int, ...]]) -> list:
-        options = [replace(o, draft=d) for o, d in zip(plain, drafts, strict=True)]
-        calls.clear()
-        default_model.decoder.forward = counted  # type: ignore[method-assign]
-        try:
-            return decode_greedy_batch(default_model, recognizer._tokenizer, windows, options)
-        finally:
-            del default_model.decoder.forward
-
-    reference = decoded([()] * len(batch))
-    steps = len(calls)
-    said = [tuple(r.tokens) for r in reference]
-    assert min(map(len, said)) >= 2 and steps > 2
-    right = decoded(said)
-    assert len(calls) == 1, "every row took its draft whole and then its end of text"
-    wrong = tuple(t + 1 for t in said[1])
-    mixed = decoded([said[0][:1] + wrong[1:], said[1] * 3, wrong, said[3][:-1], ()])
-    assert len(calls) == steps, "the rows without a right draft take every step"
-    tolerance = _tolerance(default_model)
-    for results in (right, mixed):
-        for got, want in zip(results, reference, strict=True):
-            assert got.tokens == want.tokens
-            assert got.avg_logprob == pytest.approx(want.avg_logprob, abs=tolerance)
-            assert got.no_speech_prob == pytest.approx(want.no_speech_prob, abs=tolerance)
-            if want.alignment_scores is None:  # a row that ran to its budget: its last token never fed
-                assert got.alignment_scores is None
-            else:
-                assert got.alignment_scores is not None
-                assert torch.allclose(got.alignment_scores, want.alignment_scores, atol=1e-3)
-    assert sum(r.alignment_scores is not None for r in reference) >= 3, "rows that end before their budget"
-    assert any(r.draft for r in streamed), "a stream's requests carry their drafts"
 
 
 @pytest.mark.parametrize("stop_at", [1, 4, 12])

@@ -3,23 +3,20 @@
 Each row keeps what it would have alone: its own audio window (windows padded to the longest and
 masked in cross-attention), its own prompt, prefix and sample budget. The rows' first tokens share
 one (B, T) tensor laid out so that every ``<|startoftranscript|>`` falls in one column (its logits
-give the no-speech probability) and every row's last first token in one column, its draft (what
-its stream last heard in the window, padded to the longest) after it::
+give the no-speech probability) and every row's last token in the last column::
 
-    pad pad <|startofprev|> prompt... <|sot|> pad pad <|notimestamps|> prefix... draft... pad
-    <|startofprev|> prompt... ...     <|sot|> <|notimestamps|> prefix... ...     draft... ...
+    pad pad <|startofprev|> prompt... <|sot|> pad pad <|notimestamps|> prefix...
+    <|startofprev|> prompt... ...     <|sot|> <|notimestamps|> prefix... ...
 
 Explicit positions and an attention mask then make each row see exactly its own tokens, so the
 tokens equal :func:`~streamwhisper.model.decoding.decode`'s one window at a time (quantised
-logits are computed position by position for that: see ``TextDecoder.forward``'s
-``row_logits``); the draft tokens a row gets right save it those decoder steps. Rows that
-finished leave the batch in groups, so that a window that loops to its token budget does not
-keep the others' cost.
+logits are computed row by row for that: see ``TextDecoder.forward``'s ``row_logits``). Rows that
+finished leave the batch in groups, so that a window that loops to its token budget does not keep
+the others' cost.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import cast
 
@@ -40,8 +37,6 @@ from .kv_cache import KVCache
 from .logit_filters import suppress_token_ids
 from .tokenizer import Task, Tokenizer, get_tokenizer
 from .whisper import DecoderBlock, Whisper
-
-logger = logging.getLogger(__name__)
 
 Cross = list[tuple[Tensor, Tensor]]  # one window's cross-attention (K, V) per decoder layer, (1, H, S, Dh)
 
@@ -95,22 +90,18 @@ def _row_tokenizers(
     return tokenizers, languages, probs
 
 
-def _layout(
-    firsts: list[list[int]], sots: list[int], pad: int, drafts: list[list[int]]
-) -> tuple[Tensor, Tensor, Tensor, int]:
+def _layout(firsts: list[list[int]], sots: list[int], pad: int) -> tuple[Tensor, Tensor, Tensor, int]:
     """The rows' first tokens in one (B, T) tensor, each row's sot in one column and its last
-    first token in one column, followed by its draft (padded to the longest): (tokens, their
-    positions, which are real (not padding), the sot column)."""
+    token in the last: (tokens, their positions, which are real (not padding), the sot column)."""
     sot_col = max(sots)
-    end = sot_col + 1 + max(len(f) - s - 1 for f, s in zip(firsts, sots, strict=True))
-    width = end + max(map(len, drafts))
+    width = sot_col + 1 + max(len(f) - s - 1 for f, s in zip(firsts, sots, strict=True))
     tokens = torch.full((len(firsts), width), pad, dtype=torch.long)
     positions = torch.zeros((len(firsts), width), dtype=torch.long)
     real = torch.zeros((len(firsts), width), dtype=torch.bool)
-    for r, (first, sot, draft) in enumerate(zip(firsts, sots, drafts, strict=True)):
-        cols = [*range(sot_col - sot, sot_col + 1), *range(end - (len(first) - sot - 1), end + len(draft))]
-        tokens[r, cols] = torch.tensor(first + draft)
-        positions[r, cols] = torch.arange(len(first) + len(draft))
+    for r, (first, sot) in enumerate(zip(firsts, sots, strict=True)):
+        cols = [*range(sot_col - sot, sot_col + 1), *range(width - (len(first) - sot - 1), width)]
+        tokens[r, cols] = torch.tensor(first)
+        positions[r, cols] = torch.arange(len(first))
         real[r, cols] = True
     return tokens, positions, real, sot_col
 
@@ -131,13 +122,6 @@ def decode_greedy_batch(
     ``drop_fraction`` of it (copying the cache of the others costs about one step). A row with
     ``stop_loops[i]`` stops as soon as its tokens :func:`loops`, marked ``looped`` (its result
     then differs from ``decode()``'s, which runs on to the budget).
-
-    ``options[i].draft``: tokens the row likely says first, fed with its first tokens in the
-    first decoder pass (causally masked: each sees only the tokens before it). The row takes
-    its greedy token from each draft column for as long as it is the draft's token, as if it had
-    been fed back; the draft's columns after the first other token are masked out from then on.
-    A right draft of n tokens saves n decoder steps; a wrong one costs only its columns in the
-    first pass, and the result is the same either way.
     """
     for o in options:
         o.validate()
@@ -149,13 +133,8 @@ def decode_greedy_batch(
 
     firsts = [initial_tokens(tok, o, n_ctx, n) for tok, o, n in zip(tokenizers, options, sample_lens, strict=True)]
     sots = [f.index(tok.sot) for f, tok in zip(firsts, tokenizers, strict=True)]
-    # Budgets as decode() applies them: sample_len tokens, and the context (the first tokens
-    # plus those sampled) below n_ctx.
-    budget = torch.tensor([min(n, n_ctx - len(f)) for n, f in zip(sample_lens, firsts, strict=True)])
-    drafts = [list(o.draft[: max(int(b) - 1, 0)]) for o, b in zip(options, budget, strict=True)]
-    tokens, positions, real, sot_col = _layout(firsts, sots, eot, drafts)
-    width, n_draft = tokens.shape[1], max(map(len, drafts))
-    firsts_end = width - n_draft  # the column after every row's last first token
+    tokens, positions, real, sot_col = _layout(firsts, sots, eot)
+    width = tokens.shape[1]
     # a padding column sees itself only (a row of all-False would give NaN)
     mask = (torch.ones(width, width, dtype=torch.bool).tril() & real[:, None, :]) | torch.eye(width, dtype=torch.bool)
 
@@ -166,23 +145,28 @@ def decode_greedy_batch(
     blank = tokenizer.encode(" ") + [eot] if options[0].suppress_blank else []
     suppress = suppress_token_ids(tokenizer, options[0].suppress_tokens) if options[0].suppress_tokens else []
 
-    # room for the laid-out first tokens and drafts and the longest step budget (positions are
-    # explicit, so the cache may be longer than n_ctx)
+    # room for the laid-out first tokens and the longest step budget (positions are explicit, so
+    # the cache may be longer than n_ctx)
     cache = batch_cache(model, windows, width + max(sample_lens))
     # the alignment heads' scores of each row from its sot on (see DecodeOptions.alignment_scores)
     heads = alignment_head_map(model) if any(o.alignment_scores for o in options) else None
     logits, qks = model.decoder(
         tokens.to(device), cache, positions=positions.to(device), mask=mask[:, None].to(device),
-        select=torch.tensor([sot_col, *range(firsts_end - 1, width)]), row_logits=True, heads=heads,
+        select=torch.tensor([sot_col, width - 1]), row_logits=True, heads=heads,
     )
-    scores = torch.cat(qks, dim=1) if heads else None
     first_scores: list[Tensor] = []
     fed_scores: list[list[Tensor]] = [[] for _ in range(n_rows)]  # per fed-back token: (heads, S)
-    if scores is not None:
+    if heads:
+        scores = torch.cat(qks, dim=1)
         for r, (first, sot) in enumerate(zip(firsts, sots, strict=True)):
-            cols = torch.tensor([sot_col, *range(firsts_end - (len(first) - sot - 1), firsts_end)])
+            cols = torch.tensor([sot_col, *range(width - (len(first) - sot - 1), width)])
             first_scores.append(scores[r, :, cols, : windows[r][0][0].shape[2]])
     no_speech = logits[:, 0].softmax(dim=-1)[:, tokenizer.no_speech].tolist()
+    logits = logits[:, 1]
+    # Budgets as decode() applies them: sample_len tokens, and the context (the first tokens
+    # plus those sampled) below n_ctx.
+    budget = torch.tensor([min(n, n_ctx - len(f)) for n, f in zip(sample_lens, firsts, strict=True)])
+    next_pos = torch.tensor([len(f) for f in firsts])
     batch = torch.arange(n_rows)  # the original row of each batch row
     alive = torch.ones(n_rows, dtype=torch.bool)  # per batch row
     sum_logprobs = torch.zeros(n_rows)  # per original row
@@ -190,68 +174,47 @@ def decode_greedy_batch(
     out_logprobs: list[list[float]] = [[] for _ in range(n_rows)]
     watch = list(stop_loops) if stop_loops is not None else [False] * n_rows
     looped = [False] * n_rows
-
-    def sample(logits: Tensor, rows: Tensor) -> Tensor:
-        """The greedy token of every batch row; ``rows`` (a mask) take theirs and may finish."""
+    last = torch.empty(0, dtype=torch.long)
+    for step in range(max(sample_lens)):
+        checkpoint()
+        if step > 0:
+            finished = int((~alive).sum())
+            if finished and finished >= drop_fraction * len(alive):  # drop finished rows from the batch
+                keep = alive.nonzero().flatten()
+                cache, real, batch, alive = cache.select(keep.to(device)), real[keep], batch[keep], alive[keep]
+                budget, next_pos, last = budget[keep], next_pos[keep], last[keep]
+            real = torch.cat([real, torch.ones(len(real), 1, dtype=torch.bool)], dim=1)
+            step_mask = real[:, None, None, :].to(device)
+            pos = next_pos.clamp(max=n_ctx - 1)[:, None].to(device)  # finished rows may run past n_ctx
+            logits, qks = model.decoder(
+                last[:, None].to(device), cache, positions=pos, mask=step_mask, row_logits=True, heads=heads
+            )
+            logits = logits[:, -1]
+            if heads:
+                scores = torch.cat(qks, dim=1)
+                for j in alive.nonzero().flatten().tolist():  # the rows whose text token was fed back
+                    r = int(batch[j])
+                    fed_scores[r].append(scores[j, :, 0, : windows[r][0][0].shape[2]])
+            next_pos += 1
+        if blank and step == 0:
+            logits[:, blank] = -torch.inf
         if suppress:
             logits[:, suppress] = -torch.inf
-        greedy = logits.argmax(dim=-1).cpu()
+        last = logits.argmax(dim=-1).cpu()
         logprobs = F.log_softmax(logits.float(), dim=-1).cpu()
-        for j in rows.nonzero().flatten().tolist():
-            r, token = int(batch[j]), int(greedy[j])
-            lp = logprobs[j, token]
-            sum_logprobs[r] += lp
+        live = batch[alive]
+        current = logprobs[alive, last[alive]]
+        sum_logprobs[live] += current
+        for r, token, lp in zip(live.tolist(), last[alive].tolist(), current.tolist(), strict=True):
             out[r].append(token)
-            out_logprobs[r].append(lp.item())
-            if token == eot or len(out[r]) >= budget[j]:
-                alive[j] = False
-            elif watch[r] and loops(out[r]):
+            out_logprobs[r].append(lp)
+        alive &= (last != eot) & (step + 1 < budget)
+        for j in alive.nonzero().flatten().tolist():
+            r = int(batch[j])
+            if watch[r] and loops(out[r]):
                 alive[j], looped[r] = False, True
-        return greedy
-
-    # The first tokens' pass also fed each row's draft: a row takes its greedy tokens from the
-    # draft's columns for as long as they are the draft's, as if it had fed them one by one.
-    last = torch.full((n_rows,), eot, dtype=torch.long)
-    taken = torch.zeros(n_rows, dtype=torch.long)  # draft tokens taken, per row
-    following = alive.clone()
-    for j in range(n_draft + 1):
-        step_logits = logits[:, 1 + j].clone()
-        if blank and j == 0:
-            step_logits[:, blank] = -torch.inf
-        greedy = sample(step_logits, following)
-        last = torch.where(following, greedy, last)
-        drafted = torch.tensor([j < len(d) and d[j] == int(g) for d, g in zip(drafts, greedy, strict=True)])
-        following &= alive & drafted
-        taken += following.long()
-        if not following.any():
+        if not alive.any():
             break
-    for r, n in enumerate(taken.tolist()):
-        real[r, firsts_end + n :] = False  # the draft's columns after the tokens taken
-        if scores is not None:
-            fed_scores[r].extend(scores[r, :, firsts_end + k, : windows[r][0][0].shape[2]] for k in range(n))
-    next_pos = torch.tensor([len(f) for f in firsts]) + taken
-    if n_draft:
-        logger.debug("draft tokens taken: %s of %s", taken.tolist(), [len(d) for d in drafts])
-    while alive.any():
-        checkpoint()
-        finished = int((~alive).sum())
-        if finished and finished >= drop_fraction * len(alive):  # drop finished rows from the batch
-            keep = alive.nonzero().flatten()
-            cache, real, batch, alive = cache.select(keep.to(device)), real[keep], batch[keep], alive[keep]
-            budget, next_pos, last = budget[keep], next_pos[keep], last[keep]
-        real = torch.cat([real, torch.ones(len(real), 1, dtype=torch.bool)], dim=1)
-        step_mask = real[:, None, None, :].to(device)
-        pos = next_pos.clamp(max=n_ctx - 1)[:, None].to(device)  # finished rows may run past n_ctx
-        logits, qks = model.decoder(
-            last[:, None].to(device), cache, positions=pos, mask=step_mask, row_logits=True, heads=heads
-        )
-        if heads:
-            step_scores = torch.cat(qks, dim=1)
-            for j in alive.nonzero().flatten().tolist():  # the rows whose text token was fed back
-                r = int(batch[j])
-                fed_scores[r].append(step_scores[j, :, 0, : windows[r][0][0].shape[2]])
-        next_pos += 1
-        last = sample(logits[:, -1], alive.clone())
 
     results = []
     for r in range(n_rows):

@@ -49,10 +49,6 @@ class DecodeOptions:
     # Keep the alignment heads' cross-attention scores of the chosen tokens (and of the sot
     # sequence and prefix before them): word timings then need no decoder pass of their own.
     alignment_scores: bool = False
-    # Tokens the decoding will likely start with (a stream's last hypothesis of the window): batched
-    # greedy decoding feeds them with the first tokens and takes them for as long as they are its
-    # greedy choice, saving a decoder step each; the result is the same. decode() ignores them.
-    draft: tuple[int, ...] = ()
 
     def validate(self) -> DecodeOptions:
         if self.task not in ("transcribe", "translate"):
@@ -231,9 +227,8 @@ def _decode_group(
         checkpoint()
         if i == 0:
             # the prompt once per window; its beams (or samples) branch from the cache after it
-            # (each position's quantised logits on their own, as the batched decoding's)
             select = torch.tensor([sot_index, sample_begin - 1])
-            logits, qks = model.decoder(tokens, cache, select=select, heads=heads, row_logits=True)
+            logits, qks = model.decoder(tokens, cache, select=select, heads=heads)
             if heads:
                 prompt_scores = torch.cat(qks, dim=1)[:, :, sot_index:]
             no_speech_probs = logits[:, 0].softmax(dim=-1)[:, tokenizer.no_speech].tolist()

@@ -40,9 +40,6 @@ class RecognitionRequest:
     says that it finalises an utterance and ``urgent`` that it is the endpoint or may serve as
     it (the hypothesis at a pause): what a scheduler needs, ignored by the recogniser; so is
     ``bulk``: a window of a whole-file transcription, served after every live request.
-    ``draft_text`` (or the token ids ``draft``) is what the decoding will likely say after the
-    prefix (the stream's latest hypothesis of the window): a hint that saves decoder steps when
-    it is right and changes no result (see ``DecodeOptions.draft``).
     ``timestamps`` decodes with timestamp tokens (kept in the hypothesis' tokens: offline
     segmentation) and Whisper's full token budget; ``temperatures`` replaces the recogniser's
     fallback temperatures for this request.
@@ -65,21 +62,15 @@ class RecognitionRequest:
     timestamps: bool = False
     bulk: bool = False
     temperatures: tuple[float, ...] | None = None
-    draft: tuple[int, ...] = ()
-    draft_text: str = ""
 
     def with_tokens(self, encode: Callable[[str], Sequence[int]]) -> RecognitionRequest:
-        """This request with its prompt, prefix and draft as token ids alone, ``encode`` turning
-        text into tokens."""
+        """This request with its prompt and prefix as token ids alone, ``encode`` turning text
+        into tokens."""
         prompt = self.prompt + tuple(encode(self.prompt_text)) if self.prompt_text else self.prompt
         if self.max_prompt_tokens is not None:
             prompt = prompt[len(prompt) - min(len(prompt), self.max_prompt_tokens) :]
         prefix = self.prefix + tuple(encode(self.prefix_text)) if self.prefix_text else self.prefix
-        draft = self.draft + tuple(encode(self.draft_text)) if self.draft_text else self.draft
-        return replace(
-            self, prompt=prompt, prefix=prefix, draft=draft, prompt_text="", prefix_text="", draft_text="",
-            max_prompt_tokens=None,
-        )
+        return replace(self, prompt=prompt, prefix=prefix, prompt_text="", prefix_text="", max_prompt_tokens=None)
 
 
 @dataclass(frozen=True)

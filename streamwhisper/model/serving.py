@@ -135,7 +135,6 @@ class WhisperRecognizer:
             beam_size=beam_size,
             prompt=tuple(request.prompt) or None,
             prefix=tuple(request.prefix) or None,
-            draft=tuple(request.draft),
             without_timestamps=not request.timestamps,
             # (the scores of a decoding with timestamp tokens do not line up with its text tokens)
             alignment_scores=request.word_timestamps and not request.timestamps,

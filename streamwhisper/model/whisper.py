@@ -204,9 +204,9 @@ class TextDecoder(nn.Module):
         (B, H, T, past + T); ``select`` picks the positions whose logits are wanted (all by
         default). With ``want_qk`` also returns each layer's cross-attention scores; with
         ``heads`` ({layer: heads}) those heads' scores (B, heads, T, S), one tensor per layer.
-        ``row_logits``: quantised logits one position of one row at a time. Dynamic int8
-        quantisation scales the activations of each call as a whole, so a row batched with others
-        (or a position with the row's others) would round, and sometimes decode, differently.
+        ``row_logits``: quantised logits one row at a time. Dynamic int8 quantisation scales the
+        activations of each call as a whole, so a row batched with others would round (and
+        sometimes decode) differently than alone.
         """
         offset = cache.length
         if positions is None:
@@ -226,8 +226,7 @@ class TextDecoder(nn.Module):
         x = self.ln(x)
         if self.logits is not None:
             if row_logits:
-                flat = x.float().reshape(-1, 1, x.shape[-1])
-                logits = torch.cat([self.logits(v) for v in flat.split(1)]).reshape(*x.shape[:2], -1)
+                logits = torch.cat([self.logits(row) for row in x.float().split(1)])
             else:
                 logits = self.logits(x.float())
         else:

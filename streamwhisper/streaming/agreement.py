@@ -120,7 +120,8 @@ class CommitPolicy:
         """Take the hypothesis of the window ``[window_start, window_end)``.
 
         ``prefix``: the committed words the window holds, which it was decoded after (a forced
-        prefix; '' when none), so the hypothesis holds only new words and needs no boundary de-duplication.
+        prefix; '' when none), so the hypothesis holds only new words and needs no boundary
+        de-duplication.
 
         Without ``endpoint``, words agreed with the previous hypothesis become a ``Final`` and
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
@@ -305,16 +306,6 @@ class CommitPolicy:
             # the decoder to the same guess ("rose, might" -> ", Mike never die").
             prefix = prefix.rstrip(CLAUSE_END_PUNCTUATION)
         return prompt, prefix
-
-    def draft(self, window_start: float) -> str:
-        """What a window from ``window_start`` likely says after its prefix: the latest hypothesis's
-        uncommitted words, after the committed ones of a reopened window or the prefix's bare mark."""
-        inside = "".join(w.word for w in self._tail if w.end > window_start)
-        pending = "".join(w.word for w in self._pending)
-        if self._rehears(window_start):
-            return inside + pending
-        mark = inside[len(inside.rstrip(CLAUSE_END_PUNCTUATION)) :] if self._config.bare_prefix_end else ""
-        return mark + pending
 
     def _rehears(self, window_start: float) -> bool:
         """Whether a window starting at ``window_start`` is decoded without the committed words

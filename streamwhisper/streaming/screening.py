@@ -122,10 +122,10 @@ def screen(
     (a low mean probability) are kept when it did: a short window padded to 30 s lowers the
     model's confidence, not the words' truth; so are the few words of a hypothesis sampled at a
     fallback temperature. ``prefix``: the forced prefix's text, the committed words the window
-    was decoded after: a phrase said twice is a loop also when its
-    first occurrence began among them (the decoder ran past the audio saying the committed words
-    and its own continuation again: "We got a recommendation for you on your" then "uh, join
-    the VA. We got a recommendation for you on your, uh, join the VA.").
+    was decoded after: a phrase said twice is a loop also when its first occurrence began among
+    them (the decoder ran past the audio saying the committed words and its own continuation
+    again: "We got a recommendation for you on your" then "uh, join the VA. We got a
+    recommendation for you on your, uh, join the VA.").
     """
     if hypothesis.silent:
         return (), "no_speech"

@@ -218,7 +218,8 @@ class Streamer:
         prompt, prefix = self._policy.context(start / SAMPLE_RATE)
         request = RecognitionRequest(
             mel=mel,
-            prompt_text=prompt, prefix_text=prefix, draft_text=self._policy.draft(start / SAMPLE_RATE),
+            prompt_text=prompt,
+            prefix_text=prefix,
             max_prompt_tokens=self._config.policy.max_prompt_tokens,
             language=self._config.language,
             task=self._config.task,
