@@ -550,43 +550,6 @@ def test_a_carried_window_that_hears_nothing_new_reopens_at_the_utterance() -> N
             assert finals == [label for label, _, _ in first]  # the second utterance was never heard
 
 
-class HissIsNoWord(EndsAtLongSilence):
-    """... and hears no word in a hiss (a burst longer than a second)."""
-
-    def _hear(self, request: RecognitionRequest) -> Hypothesis:
-        heard = ToneRecognizer._hear(self, replace(request, prefix=()))
-        self.requests[-1] = request
-        words = [w for w in heard.words if w.end - w.start < 1.0]
-        cut = next((i for i in range(1, len(words)) if words[i].start - words[i - 1].end > 1.0), len(words))
-        words = words[len(request.prefix) : cut]
-        return replace(heard, text="".join(w.word for w in words), words=tuple(words))
-
-
-def test_a_window_inside_an_utterance_that_hears_nothing_new_gives_way_to_its_commit_point() -> None:
-    """Words, 2 s of hiss that the VAD takes for speech, words again: one utterance. Once the
-    first words are committed, a window holding them is decoded after them (the forced prefix)
-    and the decoder ends its text there, at the gap. With uncarry_after_s of audio after the
-    commit point, the windows start at the commit point and the words after the hiss are heard;
-    without (uncarry_after_s = 0) they are lost (Apollo 11's air-to-ground radio in the eval's
-    hard set lost 8 s of speech so)."""
-    first = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
-    second = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
-    audio, spoken = tone_words(11.0, [*first, *second])
-    hiss = slice(int(4.0 * SR), int(5.9 * SR))
-    audio[hiss] = np.random.default_rng(0).normal(0.0, 0.02, hiss.stop - hiss.start).astype(np.float32)
-    for uncarry_after_s in (1.0, 0.0):
-        recognizer = HissIsNoWord()
-        streamer = Streamer(StreamingConfig(uncarry_after_s=uncarry_after_s), vad=EnergyVad())
-        events = feed_all(streamer, recognizer, audio, [1_600])
-        assert sum(isinstance(e, SpeechEnded) for e in events) == 1, "one utterance: the hiss is inside it"
-        finals = [label_of(w.word) for e in events if isinstance(e, Final) for w in e.words]
-        if uncarry_after_s:
-            check_stream(events, spoken)
-            assert any(r.prefix for r in recognizer.requests if r.end > 6.0)  # prefixed first, then not
-        else:
-            assert finals == [label for label, _, _ in first]
-
-
 def test_a_carried_endpoint_window_that_hears_nothing_new_is_decoded_again_from_the_utterance() -> None:
     """With a slow worker (each request back 2 s later) the first window to hold all of an
     utterance 2 s after the last one is its endpoint's, carried and decoded after the carried
