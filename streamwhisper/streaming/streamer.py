@@ -230,7 +230,7 @@ class Streamer:
             urgent=endpoint or pause,
         )
         held = endpoint and carried(self._config, start, self._utterance_start, end)
-        self._inflight = _Inflight(request, start, end, endpoint, prefix, endpoint and self._speech_goes_on, held)
+        self._inflight = _Inflight(request, start, end, endpoint, endpoint and self._speech_goes_on, held)
         self._last_request_end = end
         if endpoint and not held:
             self._end_utterance()
@@ -281,13 +281,14 @@ class Streamer:
             raise RuntimeError("complete() without an outstanding request")
         self._inflight = None
         start, end = inflight.start / SAMPLE_RATE, inflight.end / SAMPLE_RATE
-        if inflight.held and self._policy.ends_at_committed(hypothesis, start, end, prefix=inflight.prefix):
+        prefix = inflight.request.prefix_text  # the committed words in the window, decoded after
+        if inflight.held and self._policy.ends_at_committed(hypothesis, start, end, prefix=prefix):
             logger.debug("endpoint window at %.2f-%.2f s ended at the committed words: decoded again", start, end)
             self._audio.advance(self._utterance_start)  # still due: its request is next, uncarried
             return []
         events = self._policy.observe(
             hypothesis, start, end,
-            endpoint=inflight.endpoint, prefix=inflight.prefix, speech_goes_on=inflight.speech_goes_on,
+            endpoint=inflight.endpoint, prefix=prefix, speech_goes_on=inflight.speech_goes_on,
         )
         if inflight.held:
             self._end_utterance()
@@ -296,7 +297,7 @@ class Streamer:
         if not inflight.endpoint:
             if heard:  # a hypothesis without a usable word leaves the endpoint its own request
                 self._heard_to = inflight.end
-            elif inflight.prefix:  # the decoder may have ended its text at the carried words
+            elif prefix:  # the decoder may have ended its text at the carried words
                 self._uncarry(inflight)
             events.extend(self._pause_final())
             events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
@@ -392,7 +393,6 @@ class _Inflight:
     start: int  # samples, hop-aligned
     end: int
     endpoint: bool
-    prefix: str = ""  # the committed words in its window, which it was decoded after
     speech_goes_on: bool = False  # a forced endpoint inside speech (see finalize)
     # A carried endpoint window: its utterance stays open until the hypothesis is back; if the
     # decoder ended its text at the carried words, the endpoint is decoded again from the utterance.
