@@ -181,7 +181,10 @@ class StreamingConfig:
     # ... but once such a window, decoded after those words (its forced prefix), hears nothing
     # new while the utterance has uncarry_after_s of its own audio in it, its windows start at
     # its own audio: the decoder took the carried words for the whole window (a counted "1, 2,
-    # 3." then another speaker's sentence, all skipped until the endpoint). 0 disables.
+    # 3." then another speaker's sentence, all skipped until the endpoint). So does a window
+    # inside an utterance whose decoder says nothing at all after the committed words it holds,
+    # with uncarry_after_s of audio after them: its windows start at the commit point (8 s of
+    # radio unheard after "See you later. bye bye"). 0 disables.
     uncarry_after_s: float = 1.0
     max_window_s: float = 30.0
     force_commit_s: float = 20.0

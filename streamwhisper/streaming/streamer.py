@@ -24,6 +24,7 @@ from streamwhisper.audio.vad import SpeechBoundary, SpeechDetector, Vad, WebRtcV
 from streamwhisper.events import Event, Final, SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 
+from . import window as windows
 from .agreement import WINDOW_SLACK_S, CommitPolicy
 from .config import StreamingConfig
 from .window import AudioWindow, align_down, align_up, carried, carry_start, checked_samples, trim_after_commit
@@ -297,8 +298,13 @@ class Streamer:
         if not inflight.endpoint:
             if heard:  # a hypothesis without a usable word leaves the endpoint its own request
                 self._heard_to = inflight.end
-            elif prefix:  # the decoder may have ended its text at the carried words
-                self._uncarry(inflight)
+            elif prefix and self._active:  # the decoder may have ended its text at its prefix
+                point = windows.unheard_from(
+                    self._config, self._audio, self._policy, self._utterance_start, inflight.end, not hypothesis.words
+                )
+                if point is not None:  # decoded afresh from there, the next window at the step
+                    self._audio.advance(point)
+                    self._wordless = 0
             events.extend(self._pause_final())
             events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
         events.extend(self._settle())
@@ -364,12 +370,6 @@ class Streamer:
                 self._endpoint_at, self._speech_end = max(queued[0], self._audio.start), queued[1]
         else:
             self._audio.idle(self._floor)
-
-    def _uncarry(self, inflight: _Inflight) -> None:
-        """After a carried window decoded with no new word (see ``uncarry_after_s``)."""
-        if self._active and carried(self._config, self._audio.start, self._utterance_start, inflight.end):
-            self._audio.advance(self._utterance_start)  # the utterance's windows start at its own audio
-            self._wordless = 0  # decoded afresh: the next window comes at the step
 
     def _settle(self) -> list[Event]:
         """Close an ended utterance without the model: when it has no audio left to recognise,

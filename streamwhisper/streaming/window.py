@@ -64,6 +64,25 @@ def carried(cfg: StreamingConfig, start: int, own: int, end: int) -> bool:
     return bool(after) and start < own <= end - after
 
 
+def unheard_from(
+    cfg: StreamingConfig, audio: AudioWindow, policy: CommitPolicy, own: int, end: int, said_nothing: bool
+) -> int | None:
+    """Where an utterance's windows start once a window to ``end``, decoded after the committed
+    words it holds (its forced prefix), heard nothing new; None: where they do now.
+
+    A carried window (:func:`carried`) gives way to the utterance's own audio at ``own``. A window
+    inside the utterance whose decoder said nothing at all after its prefix (``said_nothing``: not
+    words screened out as doubtful, which the next window may hear better), with
+    ``uncarry_after_s`` of audio after the commit point, starts there, the committed words its
+    prompt: the decoder took the prefix for the whole window (Apollo 11's radio in ``hard``: "See
+    you later. bye bye" committed, then 8 s of speech unheard to the endpoint)."""
+    if carried(cfg, audio.start, own, end):
+        return own
+    commit = align_down(round(policy.committed_end * SAMPLE_RATE))
+    after = round(cfg.uncarry_after_s * SAMPLE_RATE)
+    return commit if said_nothing and after and audio.start < commit <= end - after else None
+
+
 def align_down(sample: int) -> int:
     return sample - sample % HOP_LENGTH
 
