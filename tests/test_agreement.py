@@ -235,6 +235,25 @@ def test_a_reopened_window_keeps_a_new_word_like_the_last_committed_one_after_th
     assert texts(p.observe(hyp(said), 0.0, 2.9)) == [("Final", "You know"), ("Partial", "what")]
 
 
+def test_a_reopened_window_drops_the_committed_tail_heard_again_across_the_commit_point() -> None:
+    """A reopened window's alignment can stretch the committed tail over the commit point (in the
+    pause): "called a liner." heard again as "a" at 66.20-67.18 s and "liner." at 67.18 s with no
+    audio, after a commit point at 66.50 s (conversation_test_4, said twice in its finals). Words
+    that start before the commit point and say the committed tail again are that tail."""
+    words = [(" what's", 0.0, 0.4), (" called", 0.4, 1.0), (" a", 1.0, 1.15), (" liner.", 1.15, 1.5)]
+    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p.observe(hyp(words), 0.0, 2.0, endpoint=True)  # commit point 2.0, in the pause
+    said = [*words[:2], (" a", 1.0, 2.3), (" liner.", 2.3, 2.3), (" And", 2.6, 2.9), (" used", 2.9, 3.1)]
+    p.observe(hyp(said), 0.0, 3.6)
+    assert texts(p.observe(hyp(said), 0.0, 3.6)) == [("Final", "And used")]
+    # the same words after the commit point are said again: kept
+    q = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    q.observe(hyp(words), 0.0, 2.0, endpoint=True)
+    again = [*words, (" a", 2.2, 2.4), (" liner.", 2.4, 2.8), (" And", 2.9, 3.0)]
+    q.observe(hyp(again), 0.0, 3.6)
+    assert texts(q.observe(hyp(again), 0.0, 3.6)) == [("Final", "a liner. And")]
+
+
 # --- default guards: short windows, the commit margin, forced endpoints -----------------------
 
 ONE_TWO = [(" one", 0.5, 0.9), (" two", 1.0, 1.4)]

@@ -218,19 +218,24 @@ def place_words(
     marks: dict[Word, float] = {}
     prev_end = commit = committed_end
     last = tail[-1] if tail else None
+    across = False  # the first new word of a reopened window starts before the commit point
     for w in words:
         start, end = window_start + w.start, window_start + w.end
         if start >= window_end:  # decoded into the padding after the audio
             break
         if not prefixed and (end <= commit or heard_again(w.word, start, end, None if out else last, commit)):
             continue  # audio already committed
+        across = across or (not out and not prefixed and start < commit)
         start = min(max(start, prev_end), window_end)
         end = min(max(end, start), window_end)
         out.append(Word(w.word, round(start, 3), round(end, 3), w.probability))
         marks[out[-1]] = w.mark_probability
         prev_end = end
     out = drop_copied_runs(out, tail, config)
-    if not soft_boundary:  # the commit point follows a pause: nothing to repeat
+    # A reopened window's alignment can stretch the committed tail over the commit point, which
+    # then follows a pause: "a" at 66.20-67.18 s and "liner." at 67.18 s after "called a liner."
+    # committed to 66.50 s. Otherwise, after a pause, nothing is repeated.
+    if not (soft_boundary or across):
         return out, marks
     # After a forced prefix the decoder starts right after the committed words, so words
     # repeating them are the decoder saying its last phrase again (two words at least: a
