@@ -6,6 +6,7 @@ The only place that configures logging and turns errors into one line on stderr 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument(
         "--workers",
         type=int,
-        help="inference threads running batches at once (default 1; 2 serves many streams sooner)",
+        help="inference threads running batches at once (default 0: 2 on a CPU with 2 cores or more, else 1)",
     )
     sv.add_argument(
         "--wyoming-port",
@@ -238,9 +239,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .model.loading import core_sharing
     from .model.serving import WhisperRecognizer
+    from .runtime.config import inference_threads
     from .runtime.server import Daemon, warm_up
 
     config = resolve_config(args)
+    workers = inference_threads(config.server.workers, config.model.device)
+    config = dataclasses.replace(config, server=dataclasses.replace(config.server, workers=workers))
     recognizer = WhisperRecognizer(load_configured_model(config), config.recognizer)
     warm_up(recognizer)
 

@@ -15,7 +15,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as sync_connect
 
 from streamwhisper.config import Config
+from streamwhisper.model.loading import core_sharing
 from streamwhisper.model.serving import WhisperRecognizer
+from streamwhisper.runtime.config import inference_threads
 from streamwhisper.runtime.server import Daemon
 
 T = TypeVar("T")
@@ -59,7 +61,10 @@ class LiveServer:
         async def start() -> Daemon:
             config = self.daemon_config
             recognizer = self._wrap(WhisperRecognizer(self._model))
-            daemon = Daemon(config.server, config.streaming, recognizer, self._name, clock=self._loop.time)
+            sharing = core_sharing(inference_threads(config.server.workers), config.model.threads)  # as serve does
+            daemon = Daemon(
+                config.server, config.streaming, recognizer, self._name, clock=self._loop.time, on_batch_start=sharing
+            )
             await daemon.start()
             return daemon
 

@@ -194,7 +194,9 @@ def on_clock_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..
 @asynccontextmanager
 async def running_daemon(recognizer: Any, **server: Any) -> AsyncIterator[Daemon]:
     """The real Daemon on 127.0.0.1 port 0 in this loop, measuring lags on the loop's clock (which
-    a :class:`ClockLoop` lets the test move); ``server`` overrides ``[server]`` keys."""
+    a :class:`ClockLoop` lets the test move); ``server`` overrides ``[server]`` keys. One inference
+    thread unless ``workers`` says otherwise: the tests script that thread (``hold``, gates)."""
+    server.setdefault("workers", 1)
     base = Config()
     settings = dataclasses.replace(base.server, host="127.0.0.1", port=0, web_page=False, **server)
     daemon = Daemon(settings, base.streaming, recognizer, "fake", clock=asyncio.get_running_loop().time)

@@ -402,3 +402,17 @@ def test_bad_temperatures_flag_is_a_usage_error(capsys: pytest.CaptureFixture[st
         cli.build_parser().parse_args(["serve", "--temperatures", "0,hot"])
     assert info.value.code == cli.EXIT_USAGE
     assert "comma-separated list of numbers" in capsys.readouterr().err
+
+
+def test_workers_0_is_two_threads_on_a_multicore_cpu_and_one_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamwhisper.runtime.config import inference_threads
+
+    assert ServerConfig().workers == 0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert inference_threads(0) == inference_threads(0, "cpu") == 2
+    assert inference_threads(0, "cuda:0") == 1
+    assert inference_threads(3, "cuda") == 3  # what was asked for
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert inference_threads(0) == 1
+    with pytest.raises(ConfigError, match="workers"):
+        ServerConfig(workers=-1)

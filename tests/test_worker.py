@@ -393,6 +393,32 @@ def test_two_worker_threads_run_two_batches_at_once() -> None:
     run(recognizer, main)
 
 
+def test_a_turn_s_request_beside_a_withdrawn_batch_gets_every_core() -> None:
+    """One stream, two threads: the partial under way is withdrawn by the turn's request that
+    supersedes it, and stops at its next checkpoint; the turn's batch, on the free thread, counts
+    as running alone (every core), not beside it (one core for its whole run)."""
+    recognizer = TimedRecognizer(checkpoints=True)
+    starts: list[int] = []
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, threads=2, on_start=starts.append)
+        client = Client(worker)
+        held = recognizer.gate(0)
+        worker.start()
+        partial = client.submit("partial")
+        await asyncio.to_thread(held.entered.wait)
+        assert partial.withdraw()
+        client.submit("e", endpoint=True)
+        assert isinstance(await client.outcome("e"), Hypothesis)
+        held.release.set()
+        await worker.stop()
+        assert not client.outcomes["partial"].done(), "a withdrawn request is never answered"
+        assert starts == [1, 1], "the turn's batch ran as if alone"
+        assert worker.stats.interrupted == 1, "the withdrawn batch stopped at its checkpoint"
+
+    run(recognizer, main)
+
+
 def test_utilization_counts_every_worker_thread() -> None:
     stats = WorkerStats(clock=lambda: 10.0, threads=2)
     stats.recent.extend([(5.0, 10.0), (7.5, 10.0)])  # one thread busy 5 s, the other 2.5 s

