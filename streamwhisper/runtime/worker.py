@@ -1,4 +1,4 @@
-"""InferenceWorker: the threads that own the model (one by default).
+"""InferenceWorker: the threads that own the model (the daemon runs two on a multi-core CPU).
 
 The scheduler of every :class:`~streamwhisper.runtime.pump.Pump` in the process. Pumps submit
 :class:`RecognitionRequest` objects from the event loop with a ``done`` callback. A worker
