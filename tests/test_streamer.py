@@ -562,24 +562,16 @@ class HissIsNoWord(EndsAtLongSilence):
         return replace(heard, text="".join(w.word for w in words), words=tuple(words))
 
 
-def hiss_between(first: Sequence[tuple[int, float, float]], second: Sequence[tuple[int, float, float]]):  # type: ignore[no-untyped-def]
-    """Words, 2 s of hiss that the VAD takes for speech (4.0-5.9 s), words again: one utterance."""
-    audio, spoken = tone_words(11.0, [*first, *second])
-    hiss = slice(int(4.0 * SR), int(5.9 * SR))
-    audio[hiss] = np.random.default_rng(0).normal(0.0, 0.02, hiss.stop - hiss.start).astype(np.float32)
-    return audio, spoken
-
-
-FIRST = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
-SECOND = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
-
-
 def test_a_window_inside_an_utterance_that_hears_nothing_new_after_its_prefix_loses_no_word() -> None:
     """Once the first words are committed, a window holding them is decoded after them (the forced
     prefix) and the decoder ends its text there, at the hiss: with uncarry_after_s of audio after
     the commit point, the windows start at the commit point and the words after the hiss are heard
     (8 s of Apollo 11's radio in ``hard`` were lost so). With uncarry_after_s = 0 they are lost."""
-    audio, spoken = hiss_between(FIRST, SECOND)
+    first = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
+    second = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
+    audio, spoken = tone_words(11.0, [*first, *second])
+    hiss = slice(int(4.0 * SR), int(5.9 * SR))  # that the VAD takes for speech: one utterance
+    audio[hiss] = np.random.default_rng(0).normal(0.0, 0.02, hiss.stop - hiss.start).astype(np.float32)
     for uncarry_after_s in (1.0, 0.0):
         recognizer = HissIsNoWord()
         events = feed_all(
@@ -592,7 +584,7 @@ def test_a_window_inside_an_utterance_that_hears_nothing_new_after_its_prefix_lo
             assert gave_way and not gave_way[0].prefix
         else:
             finals = [label_of(w.word) for e in events if isinstance(e, Final) for w in e.words]
-            assert finals == [label for label, _, _ in FIRST]
+            assert finals == [label for label, _, _ in first]
 
 
 class DoubtsOnce(ToneRecognizer):
