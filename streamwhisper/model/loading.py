@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
+from ..cores import available_cores
 from ..errors import ConfigError
 from .int8 import FLOAT32_LINEARS, deprecation_quieted, int8_linears, linear_names
 from .memory import release_free_memory
@@ -108,7 +108,7 @@ def core_sharing(workers: int, threads: int = 0) -> Callable[[int], None] | None
     once without four threads on two cores. None when there is nothing to share."""
     if workers <= 1 or threads:
         return None
-    cores, mine = _cores(), threading.local()
+    cores, mine = available_cores(), threading.local()
 
     def share(running: int) -> None:
         n = cores if running <= 1 else max(1, cores // workers)
@@ -117,10 +117,6 @@ def core_sharing(workers: int, threads: int = 0) -> Callable[[int], None] | None
             mine.threads = n
 
     return share
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def quantize(model: Whisper, scope: str) -> Whisper:

@@ -5,9 +5,9 @@ Frozen and validated at construction; :mod:`streamwhisper.config` loads them wit
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from streamwhisper.cores import available_cores
 from streamwhisper.errors import ConfigError
 
 
@@ -120,5 +120,4 @@ def inference_threads(workers: int, device: str = "cpu") -> int:
     batch still gets every core); one on a GPU or a single core."""
     if workers:
         return workers
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 2 if device.startswith("cpu") and cores >= 2 else 1
+    return 2 if device.startswith("cpu") and available_cores() >= 2 else 1

@@ -79,8 +79,7 @@ def unheard_from(
     if carried(cfg, audio.start, own, end):
         return own
     commit = align_down(round(policy.committed_end * SAMPLE_RATE))
-    after = round(cfg.uncarry_after_s * SAMPLE_RATE)
-    return commit if said_nothing and after and audio.start < commit <= end - after else None
+    return commit if said_nothing and carried(cfg, audio.start, commit, end) else None
 
 
 def align_down(sample: int) -> int:
