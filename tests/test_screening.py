@@ -305,6 +305,53 @@ def test_copy_guard_lookback_and_switch() -> None:
     assert texts(events) == [("Partial", "seven two three four five six eight")]
 
 
+def forever_committed(config: PolicyConfig = AGREEMENT) -> CommitPolicy:
+    """conversation_tune_3 to 36.48 s: "Feels like these days go on forever." committed after the
+    earlier "the A4 said Guttenberg Bible, is printed ..." (the words' times made up)."""
+    text = (
+        "the A4 said Guttenberg Bible, is printed in letters which are an exact imitation."
+        " Go forward 10 meters. Feels like these days go on forever."
+    )
+    p = CommitPolicy(config)
+    said = later(text, 26.58)
+    p.observe(hyp(said, 26.5), 26.5, 37.0)
+    p.observe(hyp(said, 26.5), 26.5, 37.0)
+    assert p.committed_end == 36.48 and p.pending == ()
+    p.restart(36.48)  # the window 33.54-37.69 s said nothing after its prefix: windows start here
+    return p
+
+
+# The window that gave way, from the commit point (recorded: 36.48-38.19 s, no prefix, music
+# after the speech), and the words its decoder said there.
+COPIED = [(" A4", 36.48, 36.84), (" said", 36.84, 36.94), (" Guttenberg", 36.94, 37.02), (" Bible.", 37.02, 38.16)]
+
+
+def test_a_window_that_gave_way_drops_the_prompt_it_starts_with() -> None:
+    assert PolicyConfig().restart_copy_min_words == 3
+    p = forever_committed()
+    assert texts(p.observe(hyp(COPIED, 36.48), 36.48, 38.19)) == []
+    # What follows the copy is heard.
+    events = p.observe(hyp([*COPIED, (" But", 40.9, 41.1), (" the", 41.1, 41.3)], 36.48), 36.48, 41.5)
+    assert texts(events) == [("Partial", "But the")]
+
+
+def test_a_copy_is_kept_elsewhere() -> None:
+    # Off (0): the copy is heard as words.
+    p = forever_committed(dataclasses.replace(AGREEMENT, restart_copy_min_words=0))
+    assert texts(p.observe(hyp(COPIED, 36.48), 36.48, 38.19)) == [("Partial", "A4 said Guttenberg Bible.")]
+    # A window that opens elsewhere did not give way.
+    p = forever_committed()
+    later_copy = [(w, s + 0.5, e + 0.5) for w, s, e in COPIED]
+    assert texts(p.observe(hyp(later_copy, 36.98), 36.98, 38.69)) == [("Partial", "A4 said Guttenberg Bible.")]
+    # Only the run the window starts with: a phrase said again later in it is speech.
+    p = forever_committed()
+    events = p.observe(hyp([(" Yes,", 36.5, 36.8), *[(w, s + 0.4, e + 0.4) for w, s, e in COPIED]], 36.48), 36.48, 38.9)
+    assert texts(events) == [("Partial", "Yes, A4 said Guttenberg Bible.")]
+    # Two copied words are not a run.
+    p = forever_committed()
+    assert texts(p.observe(hyp(COPIED[1:3], 36.48), 36.48, 38.19)) == [("Partial", "said Guttenberg")]
+
+
 def test_only_a_doubted_full_stop_is_dropped_from_a_pause_final() -> None:
     word = Word(" blocks.", 0.9, 1.3, 0.9)
     other = Word(" wood", 0.5, 0.8, 0.9)

@@ -587,6 +587,39 @@ def test_a_window_inside_an_utterance_that_hears_nothing_new_after_its_prefix_lo
             assert finals == [label for label, _, _ in first]
 
 
+class CopiesItsPromptOnHiss(HissIsNoWord):
+    """... and a window without a prefix that opens on the hiss starts with three words of its
+    prompt, not its last ones (which the committed tail's dedupe drops): on the music after "Feels
+    like these days go on forever." in conversation_tune, "A4 said Guttenberg Bible.", committed
+    17 s before."""
+
+    def _hear(self, request: RecognitionRequest) -> Hypothesis:
+        heard = super()._hear(request)
+        if request.prefix or not 3.9 < request.start < 5.9:
+            return heard
+        copied = request.prompt[-6:-3]  # (the prompt's tokens: one per word)
+        copy = tuple(HypothesisWord(f" w{label}", 0.1 * i, 0.1 * i + 0.1, 0.6) for i, label in enumerate(copied))
+        return replace(heard, text="".join(w.word for w in copy + heard.words), words=copy + heard.words)
+
+
+def test_a_window_that_gave_way_drops_a_copy_of_its_prompt() -> None:
+    first = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
+    second = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
+    audio, spoken = tone_words(11.0, [*first, *second])
+    hiss = slice(int(4.0 * SR), int(5.9 * SR))
+    audio[hiss] = np.random.default_rng(0).normal(0.0, 0.02, hiss.stop - hiss.start).astype(np.float32)
+    for copy_min_words in (3, 0):
+        recognizer = CopiesItsPromptOnHiss()
+        cfg = StreamingConfig(policy=PolicyConfig(restart_copy_min_words=copy_min_words))
+        events = feed_all(Streamer(cfg, vad=EnergyVad()), recognizer, audio, [1_600])
+        assert any(not r.prefix and 3.9 < r.start < 4.5 for r in recognizer.requests), "a window gave way"
+        finals = [label_of(w.word) for e in events if isinstance(e, Final) for w in e.words]
+        if copy_min_words:
+            check_stream(events, spoken)
+        else:
+            assert finals[:11] == [*range(8), 2, 3, 4]  # the copy is final
+
+
 class DoubtsOnce(ToneRecognizer):
     """Hears every word, but the first window decoded after a forced prefix that holds ``after``
     seconds of audio after it mishears its new words, at probability 0.1 (as "Suviacol," after

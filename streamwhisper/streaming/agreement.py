@@ -31,6 +31,7 @@ last ``max_prompt_tokens`` tokens of the prompt.
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Sequence
 
@@ -84,6 +85,7 @@ class CommitPolicy:
         self._closed_prompt = ""  # the prompt as a finished sentence
         self._unheard = False  # a reopened window of this utterance heard nothing new
         self._doubted: tuple[float, float] | None = None  # an utterance's words dropped as doubted
+        self._restart: float | None = None  # where the utterance's windows gave way
         self._marks: dict[Word, float] = {}  # the latest placed words' closing marks' probabilities
 
     @property
@@ -208,7 +210,7 @@ class CommitPolicy:
         elif self._shown:
             events.append(self._partial(()))
         self._pending, self._seen, self._shown, self._finals_in_utterance = [], [], "", 0
-        self._utterance_start, self._unheard = None, False
+        self._utterance_start, self._unheard, self._restart = None, False, None
         if speech_goes_on:
             self._soft_boundary = bool(self._tail)
         else:
@@ -225,6 +227,11 @@ class CommitPolicy:
         events: list[Event] = [self._commit(words, endpoint=True)] if words or self._unended else []
         self._pending, self._seen = [], []
         return events
+
+    def restart(self, time: float) -> None:
+        """The utterance's windows start at ``time`` from now on (seconds; the caller's give-way):
+        a window there without a forced prefix drops a prompt copy it starts with."""
+        self._restart = time
 
     def force_commit(self, before: float) -> list[Event]:
         """Commit, without agreement, the pending words that end by ``before`` (seconds): the
@@ -345,6 +352,7 @@ class CommitPolicy:
             committed_end=self._committed_end,
             soft_boundary=self._soft_boundary,
             config=self._config,
+            restarted=self._restart is not None and math.isclose(window_start, self._restart, abs_tol=1e-6),
         )
         return placed
 

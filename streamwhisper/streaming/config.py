@@ -88,6 +88,12 @@ class PolicyConfig:
     # changed no word of the eval sets (longform, read_en, hard, nonspeech, the conversations).
     copy_min_words: int = 0
     copy_lookback_words: int = 32
+    # ... except at the start of a window restarted at the commit point inside speech (the
+    # decoder said nothing after its forced prefix and the window gave way, or the window limit
+    # trimmed there): a run of restart_copy_min_words words there is dropped (0: not). That
+    # window hears only what follows the committed words, prompted with them; on the music after
+    # "Feels like these days go on forever." it said "A4 said Guttenberg Bible." again.
+    restart_copy_min_words: int = 3
     condition_on_committed: bool = True
     # After a pause, a prompt whose last word has no punctuation ends with a full stop (only in
     # the prompt): conditioned on a sentence that breaks off, Whisper continues it and skips new
@@ -115,6 +121,7 @@ class PolicyConfig:
         _check(self.loop_min_repeats >= 2, "policy.loop_min_repeats must be >= 2")
         _check(self.loop_long_ngram == 0 or self.loop_long_ngram >= 2, "policy.loop_long_ngram must be 0 or >= 2")
         _check(self.sampled_min_words >= 0, "policy.sampled_min_words must be >= 0")
+        _check(self.copy_min_words >= 0 and self.restart_copy_min_words >= 0, "policy copy run lengths must be >= 0")
         _check(self.dedupe_max_ngram >= 0, "policy.dedupe_max_ngram must be >= 0")
         _check(self.dedupe_window_s >= 0, "policy.dedupe_window_s must be >= 0")
         _check(self.commit_margin_s >= 0 and self.sure_margin_s >= 0, "policy commit margins must be >= 0")

@@ -12,8 +12,8 @@ they are given:
 - :func:`place_words` puts a window's words on the stream's clock and drops those already
   committed; with it, :func:`drop_copied_runs` and :func:`drop_repeated_tail` judge placed words
   against the words already committed: runs copied from the committed text (off by default: real
-  speech repeats sentences too), and a repeat of the committed tail right after the commit
-  point, are dropped.
+  speech repeats sentences too; on at the start of a window that gave way), and
+  a repeat of the committed tail right after the commit point, are dropped.
 
 Words are compared in the form :func:`normalize_word` gives them.
 """
@@ -157,14 +157,17 @@ def screen(
     return words, ""
 
 
-def drop_copied_runs(words: list[Word], committed: Sequence[Word], config: PolicyConfig) -> list[Word]:
-    """Drop runs of ``copy_min_words`` or more words that repeat recently committed text.
+def drop_copied_runs(
+    words: list[Word], committed: Sequence[Word], config: PolicyConfig, n: int | None = None, leading: bool = False
+) -> list[Word]:
+    """Drop runs of ``n`` (``copy_min_words``) or more words that repeat recently committed text;
+    ``leading``: only the run that the words begin with.
 
     Whisper conditioned on a prompt sometimes copies it when the window holds little new
     audio; real speech seldom repeats that many words of the last sentences verbatim.
     ``committed``: the committed words, oldest first (the last ``copy_lookback_words`` count).
     """
-    n = config.copy_min_words
+    n = config.copy_min_words if n is None else n
     if not n or len(words) < n or len(committed) < n:
         return words
     recent = [normalize_word(w.word) for w in list(committed)[-config.copy_lookback_words :]]
@@ -172,6 +175,8 @@ def drop_copied_runs(words: list[Word], committed: Sequence[Word], config: Polic
     keys = [normalize_word(w.word) for w in words]
     drop = [False] * len(words)
     for i in range(len(words) - n + 1):
+        if leading and i and not drop[i]:
+            break
         if tuple(keys[i : i + n]) in grams:
             drop[i : i + n] = [True] * n
     if any(drop):
@@ -209,11 +214,14 @@ def place_words(
     committed_end: float,
     soft_boundary: bool,
     config: PolicyConfig,
+    restarted: bool = False,
 ) -> tuple[list[Word], dict[Word, float]]:
     """A window's words, absolute, monotonic, clamped to the window and not yet committed, and
     each one's closing mark's probability. ``tail``: the committed words (the commit point at
     ``committed_end``; ``soft_boundary``: it lies inside continuous speech); ``prefixed``: the
-    window was decoded after the committed words it holds, which are not in ``words``."""
+    window was decoded after the committed words it holds, which are not in ``words``;
+    ``restarted``: it starts where the utterance's windows gave way (see
+    :meth:`~.agreement.CommitPolicy.restart`)."""
     out: list[Word] = []
     marks: dict[Word, float] = {}
     prev_end = commit = committed_end
@@ -232,6 +240,10 @@ def place_words(
         marks[out[-1]] = w.mark_probability
         prev_end = end
     out = drop_copied_runs(out, tail, config)
+    if restarted and not prefixed:
+        # A window restarted after its decoder said nothing past the committed words hears only
+        # audio after them, prompted with them: there the decoder copies its prompt onto music.
+        out = drop_copied_runs(out, tail, config, config.restart_copy_min_words, leading=True)
     # A reopened window's alignment can stretch the committed tail over the commit point, which
     # then follows a pause: "a" at 66.20-67.18 s and "liner." at 67.18 s after "called a liner."
     # committed to 66.50 s. Otherwise, after a pause, nothing is repeated.

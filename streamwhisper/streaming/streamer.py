@@ -62,8 +62,7 @@ class Streamer:
         self._speech_goes_on = False  # the utterance was ended by finalize() inside speech
         self._last_request_end = 0
         self._inflight: _Inflight | None = None
-        self._flushed = False
-        self._overflowing = False
+        self._flushed = self._overflowing = False
         self._wordless = 0  # hypotheses in a row, in this utterance, that had no word
         self._carry_due = False  # the utterance's window may reopen the words before it
         self._heard_to = 0  # end of its last window whose hypothesis came back
@@ -304,6 +303,7 @@ class Streamer:
                 )
                 if point is not None:  # decoded afresh from there, the next window at the step
                     self._audio.advance(point)
+                    self._policy.restart(self._audio.start / SAMPLE_RATE)
                     self._wordless = 0
             events.extend(self._pause_final())
             events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
