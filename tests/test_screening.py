@@ -335,6 +335,16 @@ def test_a_window_that_gave_way_drops_the_prompt_it_starts_with() -> None:
     assert texts(events) == [("Partial", "But the")]
 
 
+def test_an_endpoint_that_only_copied_its_prompt_leaves_its_audio_to_the_next_window() -> None:
+    p = forever_committed()
+    assert texts(p.observe(hyp(COPIED, 36.48), 36.48, 38.19, endpoint=True)) == [("Final", "")]
+    # As when its words are doubted: the next utterance's window may reopen over that audio.
+    assert p.committed_end == 36.48 and p.reopen_point(38.5, 1.0, 3.0) == 36.48
+    q = forever_committed()  # words heard: the commit point moves to the endpoint
+    q.observe(hyp([(" But", 36.6, 36.9)], 36.48), 36.48, 38.19, endpoint=True)
+    assert q.committed_end == 38.19 and q.reopen_point(38.5, 1.0, 3.0) > 36.48
+
+
 def test_a_copy_is_kept_elsewhere() -> None:
     # Off (0): the copy is heard as words.
     p = forever_committed(dataclasses.replace(AGREEMENT, restart_copy_min_words=0))

@@ -19,7 +19,7 @@ hypothesis describes. Invariants the policy keeps:
   forced prefix (:meth:`CommitPolicy.context`): nothing is duplicated or lost at the commit
   point, no word is cut in two; a window reopened over an utterance closed at a pause hears its
   words again, and those ending by the commit point are dropped; an utterance whose words were
-  all dropped as doubted leaves the commit point before them, for the next window to hear;
+  all dropped as doubted (or copied, :meth:`CommitPolicy.restart`) leaves its audio to the next;
 - when the caller trims its audio at ``committed_end`` (a long utterance), the next window
   starts where the last committed word ends; words of that window ending at or before the
   commit point, or repeating the committed tail right at the boundary, are dropped.
@@ -39,7 +39,7 @@ from streamwhisper.events import Event, Final, Partial, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 
 from .config import PolicyConfig
-from .screening import normalize_word, place_words, screen, without_unsure_stop
+from .screening import drop_prompt_copy, normalize_word, place_words, screen, without_unsure_stop
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ TAIL_WORDS = 256  # committed words kept: more than a 30 s window can hold
 # the 2 s window meets min_commit_window_s = 2 (without the slack the first commit waited for
 # the next step: read_en final latency p95 2.3 s instead of 1.8 s at a 0.5 s step).
 WINDOW_SLACK_S = 0.05
+UNHEARD = ("low_word_probability", "prompt_copy")  # screened out: the audio is left for the next window
 # Marks that end a clause or sentence (Latin and CJK): left off the end of a forced prefix.
 CLAUSE_END_PUNCTUATION = ".,;:!?…。，、；：！？"
 
@@ -121,9 +122,8 @@ class CommitPolicy:
     ) -> list[Event]:
         """Take the hypothesis of the window ``[window_start, window_end)``.
 
-        ``prefix``: the committed words the window holds, which it was decoded after (a forced
-        prefix; '' when none), so the hypothesis holds only new words and needs no boundary
-        de-duplication.
+        ``prefix``: the committed words the window holds, decoded as a forced prefix ('' when
+        none): the hypothesis holds only new words and needs no boundary de-duplication.
 
         Without ``endpoint``, words agreed with the previous hypothesis become a ``Final`` and
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
@@ -131,13 +131,12 @@ class CommitPolicy:
         """
         placed, reason = self._screened(hypothesis, window_start, window_end, prefix)
         logger.debug(
-            "hypothesis at %.2f-%.2f s%s%s: %r", window_start, window_end, " (prefixed)" if prefix else "",
+            "hypothesis at %.2f-%.2f s%s%s: %r%s", window_start, window_end, " (prefixed)" if prefix else "",
             " (endpoint)" if endpoint else "",
             " ".join(f"{w.word.strip()}:{w.probability:.2f}" for w in hypothesis.words),
+            f" (screened: {reason})" if reason else "",
         )
-        if reason:
-            logger.debug("hypothesis at %.2f-%.2f s screened: %s", window_start, window_end, reason)
-        doubted = (window_start, window_end) if endpoint and reason == "low_word_probability" else None
+        doubted = (window_start, window_end) if endpoint and reason in UNHEARD else None
         if not placed and self._rehears(window_start):
             # Heard again, the committed words can end the decoding ("... of about 1455."
             # <|endoftext|>, with the next sentence in the window): take them as the prefix
@@ -200,8 +199,8 @@ class CommitPolicy:
         ``speech_goes_on`` (a forced endpoint inside speech): the commit point stays after the
         last committed word, so a word cut by ``end`` is heard again by the next utterance,
         whose first words repeating the committed ones are dropped.
-        ``doubted``: the window of the utterance's last hypothesis, whose words were dropped as
-        doubted: the commit point stays before them, for a window reopened over them (:meth:`reopen_point`).
+        ``doubted``: the window of the utterance's last hypothesis, whose words were dropped as doubted
+        (or copied): the commit point stays before them, for a window reopened over them (:meth:`reopen_point`).
         """
         events: list[Event] = []
         self._doubted = None if speech_goes_on else doubted
@@ -229,8 +228,7 @@ class CommitPolicy:
         return events
 
     def restart(self, time: float) -> None:
-        """The utterance's windows start at ``time`` from now on (seconds; the caller's give-way):
-        a window there without a forced prefix drops a prompt copy it starts with."""
+        """The utterance's windows start at ``time`` (seconds) now: see :func:`.drop_prompt_copy`."""
         self._restart = time
 
     def force_commit(self, before: float) -> list[Event]:
@@ -337,7 +335,11 @@ class CommitPolicy:
         """(the placed words of the screened hypothesis, why words were dropped: '' if none were)."""
         vouched = lambda ws: self._vouched(ws, window_start, window_end, bool(prefix))  # noqa: E731
         words, reason = screen(hypothesis, self._config, vouched, prefix)
-        return self._place(words, window_start, window_end, bool(prefix)), reason
+        placed = self._place(words, window_start, window_end, bool(prefix))
+        if not prefix and self._restart is not None and math.isclose(window_start, self._restart, abs_tol=1e-6):
+            placed, copied = drop_prompt_copy(placed, self._tail, self._config)
+            reason = reason or copied
+        return placed, reason
 
     def _place(
         self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool = False
@@ -352,7 +354,6 @@ class CommitPolicy:
             committed_end=self._committed_end,
             soft_boundary=self._soft_boundary,
             config=self._config,
-            restarted=self._restart is not None and math.isclose(window_start, self._restart, abs_tol=1e-6),
         )
         return placed
 

@@ -12,7 +12,7 @@ they are given:
 - :func:`place_words` puts a window's words on the stream's clock and drops those already
   committed; with it, :func:`drop_copied_runs` and :func:`drop_repeated_tail` judge placed words
   against the words already committed: runs copied from the committed text (off by default: real
-  speech repeats sentences too; on at the start of a window that gave way), and
+  speech repeats sentences too; see :func:`drop_prompt_copy` for a window that gave way), and
   a repeat of the committed tail right after the commit point, are dropped.
 
 Words are compared in the form :func:`normalize_word` gives them.
@@ -184,6 +184,20 @@ def drop_copied_runs(
     return [w for w, d in zip(words, drop, strict=True) if not d]
 
 
+def drop_prompt_copy(words: list[Word], committed: Sequence[Word], config: PolicyConfig) -> tuple[list[Word], str]:
+    """The placed words of a window that gave way (its decoder said nothing after the committed
+    words, so it starts at them) without the copy of its prompt they begin with
+    (``restart_copy_min_words`` words or more), and 'prompt_copy' when that was all of them.
+
+    That window hears only audio after the committed words, prompted with them: on the music
+    after "Feels like these days go on forever." the decoder said "A4 said Guttenberg Bible."
+    (committed 17 s before) again. A window whose words were all a copy heard nothing: like one
+    whose words were doubted, it leaves its audio for the next window to hear.
+    """
+    kept = drop_copied_runs(words, committed, config, config.restart_copy_min_words, leading=True)
+    return kept, "prompt_copy" if words and not kept else ""
+
+
 def drop_repeated_tail(
     words: list[Word], committed: Sequence[Word], commit_point: float, config: PolicyConfig, min_words: int = 1
 ) -> list[Word]:
@@ -214,14 +228,11 @@ def place_words(
     committed_end: float,
     soft_boundary: bool,
     config: PolicyConfig,
-    restarted: bool = False,
 ) -> tuple[list[Word], dict[Word, float]]:
     """A window's words, absolute, monotonic, clamped to the window and not yet committed, and
     each one's closing mark's probability. ``tail``: the committed words (the commit point at
     ``committed_end``; ``soft_boundary``: it lies inside continuous speech); ``prefixed``: the
-    window was decoded after the committed words it holds, which are not in ``words``;
-    ``restarted``: it starts where the utterance's windows gave way (see
-    :meth:`~.agreement.CommitPolicy.restart`)."""
+    window was decoded after the committed words it holds, which are not in ``words``."""
     out: list[Word] = []
     marks: dict[Word, float] = {}
     prev_end = commit = committed_end
@@ -240,10 +251,6 @@ def place_words(
         marks[out[-1]] = w.mark_probability
         prev_end = end
     out = drop_copied_runs(out, tail, config)
-    if restarted and not prefixed:
-        # A window restarted after its decoder said nothing past the committed words hears only
-        # audio after them, prompted with them: there the decoder copies its prompt onto music.
-        out = drop_copied_runs(out, tail, config, config.restart_copy_min_words, leading=True)
     # A reopened window's alignment can stretch the committed tail over the commit point, which
     # then follows a pause: "a" at 66.20-67.18 s and "liner." at 67.18 s after "called a liner."
     # committed to 66.50 s. Otherwise, after a pause, nothing is repeated.
