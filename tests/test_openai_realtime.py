@@ -221,8 +221,11 @@ async def test_each_commit_is_an_item_whose_words_are_those_of_its_audio(jfk_aud
     assert first["previous_item_id"] is None and second["previous_item_id"] == first["item_id"]
     transcripts = check_items(events)
     one, two = numbers(transcripts[first["item_id"]]), numbers(transcripts[second["item_id"]])
-    assert one == list(range(len(one))) and max(one) <= 9, "the first turn holds the words of its 5 s"
-    assert two == list(range(len(one), len(one) + len(two))) and max(two) >= 19
+    assert one == sorted(set(one)) and max(one) <= 9, "the first turn holds the words of its 5 s"
+    assert two == sorted(set(two)) and min(two) > max(one) and max(two) >= 19
+    # every word in speech, once: w9 (4.6-4.9 s) lies in a pause of JFK's, where the first turn
+    # may close on the hypothesis of the pause (the worker's timing decides)
+    assert set(spoken_in_speech(jfk_audio)) <= {*one, *two}
     assert [m["usage"]["seconds"] for m in events if m["type"] == COMPLETED] == [5.0, 6.0]
 
 
