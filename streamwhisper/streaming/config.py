@@ -88,11 +88,12 @@ class PolicyConfig:
     # changed no word of the eval sets (longform, read_en, hard, nonspeech, the conversations).
     copy_min_words: int = 0
     copy_lookback_words: int = 32
-    # ... except at the start of a window restarted at the commit point inside speech (the
-    # decoder said nothing after its forced prefix and the window gave way, or the window limit
-    # trimmed there): a run of restart_copy_min_words words there is dropped (0: not). That
-    # window hears only what follows the committed words, prompted with them; on the music after
-    # "Feels like these days go on forever." it said "A4 said Guttenberg Bible." again.
+    # ... except at the start of a window that gave way (its decoder said nothing after its
+    # forced prefix, see StreamingConfig.uncarry_after_s): a run of restart_copy_min_words words
+    # that it starts with is dropped (0: not). That window hears only what follows the committed
+    # words, prompted with them; on the music after "Feels like these days go on forever." it
+    # said "A4 said Guttenberg Bible." again. An endpoint that said nothing else leaves its audio
+    # to the next window, as doubted words do.
     restart_copy_min_words: int = 3
     condition_on_committed: bool = True
     # After a pause, a prompt whose last word has no punctuation ends with a full stop (only in
