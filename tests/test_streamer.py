@@ -527,14 +527,17 @@ class EndsAtLongSilence(ToneRecognizer):
         return replace(heard, text="".join(w.word for w in words), words=tuple(words))
 
 
+# Two sentences, 2 s apart: eight tone-coded words, then six.
+FIRST = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
+SECOND = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
+
+
 def test_a_carried_window_that_hears_nothing_new_reopens_at_the_utterance() -> None:
     """An utterance 2 s after the last one carries its words (carry_gap_s); when the decoder ends
     its text at them (heard again, then as the forced prefix), the window starts at the
     utterance's own audio and its words are heard. Without that (uncarry_after_s = 0), the
     whole utterance is lost."""
-    first = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
-    second = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
-    audio, spoken = tone_words(11.0, [*first, *second])
+    audio, spoken = tone_words(11.0, [*FIRST, *SECOND])
     for uncarry_after_s in (1.0, 0.0):
         recognizer = EndsAtLongSilence()
         streamer = Streamer(StreamingConfig(uncarry_after_s=uncarry_after_s), vad=EnergyVad())
@@ -547,7 +550,7 @@ def test_a_carried_window_that_hears_nothing_new_reopens_at_the_utterance() -> N
             assert any(r.prefix for r in carried)
             assert all(r.start > 5.0 for r in recognizer.requests if r.start > carried[-1].start)
         else:
-            assert finals == [label for label, _, _ in first]  # the second utterance was never heard
+            assert finals == [label for label, _, _ in FIRST]  # the second utterance was never heard
 
 
 class HissIsNoWord(EndsAtLongSilence):
@@ -562,16 +565,20 @@ class HissIsNoWord(EndsAtLongSilence):
         return replace(heard, text="".join(w.word for w in words), words=tuple(words))
 
 
+def words_hiss_words() -> tuple[np.ndarray, list[Spoken]]:
+    """FIRST, a hiss that the VAD takes for speech (4.0-5.9 s: one utterance), SECOND."""
+    audio, spoken = tone_words(11.0, [*FIRST, *SECOND])
+    hiss = slice(int(4.0 * SR), int(5.9 * SR))
+    audio[hiss] = np.random.default_rng(0).normal(0.0, 0.02, hiss.stop - hiss.start).astype(np.float32)
+    return audio, spoken
+
+
 def test_a_window_inside_an_utterance_that_hears_nothing_new_after_its_prefix_loses_no_word() -> None:
     """Once the first words are committed, a window holding them is decoded after them (the forced
     prefix) and the decoder ends its text there, at the hiss: with uncarry_after_s of audio after
     the commit point, the windows start at the commit point and the words after the hiss are heard
     (8 s of Apollo 11's radio in ``hard`` were lost so). With uncarry_after_s = 0 they are lost."""
-    first = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
-    second = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
-    audio, spoken = tone_words(11.0, [*first, *second])
-    hiss = slice(int(4.0 * SR), int(5.9 * SR))  # that the VAD takes for speech: one utterance
-    audio[hiss] = np.random.default_rng(0).normal(0.0, 0.02, hiss.stop - hiss.start).astype(np.float32)
+    audio, spoken = words_hiss_words()
     for uncarry_after_s in (1.0, 0.0):
         recognizer = HissIsNoWord()
         events = feed_all(
@@ -584,7 +591,7 @@ def test_a_window_inside_an_utterance_that_hears_nothing_new_after_its_prefix_lo
             assert gave_way and not gave_way[0].prefix
         else:
             finals = [label_of(w.word) for e in events if isinstance(e, Final) for w in e.words]
-            assert finals == [label for label, _, _ in first]
+            assert finals == [label for label, _, _ in FIRST]
 
 
 class CopiesItsPromptOnHiss(HissIsNoWord):
@@ -603,11 +610,7 @@ class CopiesItsPromptOnHiss(HissIsNoWord):
 
 
 def test_a_window_that_gave_way_drops_a_copy_of_its_prompt() -> None:
-    first = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
-    second = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
-    audio, spoken = tone_words(11.0, [*first, *second])
-    hiss = slice(int(4.0 * SR), int(5.9 * SR))
-    audio[hiss] = np.random.default_rng(0).normal(0.0, 0.02, hiss.stop - hiss.start).astype(np.float32)
+    audio, spoken = words_hiss_words()
     for copy_min_words in (3, 0):
         recognizer = CopiesItsPromptOnHiss()
         cfg = StreamingConfig(policy=PolicyConfig(restart_copy_min_words=copy_min_words))
@@ -660,9 +663,7 @@ def test_a_carried_endpoint_window_that_hears_nothing_new_is_decoded_again_from_
     words; when the decoder ends its text at them, the utterance stays open and its endpoint is
     decoded again from its own audio. Closed at once, it lost the whole sentence (seen on a
     loaded node: tests/test_deploy.py)."""
-    first = [(i, 0.5 + 0.45 * i, 0.8 + 0.45 * i) for i in range(8)]  # 0.5 .. 3.95 s
-    second = [(10 + i, 6.0 + 0.45 * i, 6.3 + 0.45 * i) for i in range(6)]  # 6.0 .. 8.55 s
-    audio, spoken = tone_words(12.0, [*first, *second])
+    audio, spoken = tone_words(12.0, [*FIRST, *SECOND])
     recognizer = EndsAtLongSilence()
     streamer = Streamer(vad=EnergyVad())
     check_stream(feed_all(streamer, recognizer, audio, [1_600], lag=20), spoken)
