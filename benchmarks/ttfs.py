@@ -323,6 +323,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, action="append", help="concurrent clients (repeatable; default 1 8)")
     parser.add_argument("--limit", type=int, default=20, help="read_en clips per client (default 20)")
     parser.add_argument("--server-arg", action="append", default=[], help="passed to streamwhisper serve")
+    parser.add_argument("--server-log", metavar="FILE", help="run the server with -vv, its log in FILE")
     parser.add_argument(
         "--client-stop",
         default="0.2",
@@ -333,7 +334,7 @@ def main() -> None:
     stop = None if args.client_stop == "end" else float(args.client_stop)
     manifest = shared_data_dir() / "eval" / "manifest.tsv"
     clips = [split_turn(load_audio(c.wav), stop) for c in read_manifest(manifest, ["read_en"])[: args.limit]]
-    proc, base, log = start_server([*args.server_arg, "--wyoming-port", "-1"], log_lines=2)
+    proc, base, log = start_server([*args.server_arg, "--wyoming-port", "-1"], log_lines=2, log_path=args.server_log)
     found = re.search(r"tcp://(\S+)", log[1])
     if found is None:
         raise SystemExit(f"no Wyoming listener in the server's log: {log[1]!r}")

@@ -226,6 +226,23 @@ def test_a_reopened_window_that_hears_nothing_new_gives_the_utterance_its_prefix
     assert p.context(3.0) == ("", ""), "the next utterance hears its reopened words again"
 
 
+def test_a_reopened_window_that_ends_at_the_committed_words_does_not_gainsay_the_pending_ones() -> None:
+    """conversation_test_0 at 67.7-75.6 s: the reopened window heard "myself. Then in the same
+    operations with", the next one ended its text at "myself." (<|endoftext|> before the new
+    speech), and the prefixed window after it said "Then in the same operations with ugly ones."
+    The window that ended early is no vote against the words before it: the third hypothesis
+    agrees with the first, and "Then in the same" is final one window sooner."""
+    words = [(" painful", 0.0, 0.5), (" to", 0.5, 0.7), (" myself.", 0.7, 1.6)]
+    new = [(" Then", 2.5, 2.8), (" in", 2.8, 2.9), (" the", 2.9, 3.1), (" same", 3.1, 3.4), (" ones.", 3.4, 4.2)]
+    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p.observe(hyp(words), 0.0, 2.0, endpoint=True)  # the utterance closed at a pause
+    assert texts(p.observe(hyp(words + new[:4], 0.1), 0.1, 3.9)) == [("Partial", "Then in the same")]
+    assert p.observe(hyp(words, 0.1), 0.1, 4.4) == [], "the decoder ended its text at 'myself.': the partial stays"
+    assert p.pending and p.context(0.1)[1], "the next window takes the committed words as its prefix"
+    said = texts(p.observe(hyp(new, 0.1), 0.1, 4.9, prefix=p.context(0.1)[1]))
+    assert said == [("Final", "Then in the same"), ("Partial", "ones.")]
+
+
 def test_a_reopened_window_keeps_a_new_word_like_the_last_committed_one_after_the_pause() -> None:
     """Only a first word that starts before the commit point is the committed word heard again."""
     p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))

@@ -137,10 +137,10 @@ class CommitPolicy:
             f" (screened: {reason})" if reason else "",
         )
         doubted = (window_start, window_end) if endpoint and reason in UNHEARD else None
-        if not placed and self._rehears(window_start):
+        if ended_early := not placed and self._rehears(window_start):
             # Heard again, the committed words can end the decoding ("... of about 1455."
-            # <|endoftext|>, with the next sentence in the window): take them as the prefix
-            # for the rest of the utterance.
+            # <|endoftext|>, with the next sentence in the window): take them as the prefix for
+            # the rest of the utterance. That hypothesis is no vote against the pending words.
             self._unheard = True
         if endpoint:
             if speech_goes_on:
@@ -150,6 +150,8 @@ class CommitPolicy:
                     placed.pop()
             self._pending, self._seen = placed, [1] * len(placed)
             return self.close(window_end, speech_goes_on=speech_goes_on, doubted=doubted)
+        if ended_early and not reason:
+            return self._refresh_partial()
         cfg = self._config
         # Hypotheses of the first seconds of an utterance are guesses (Whisper needs context):
         # no commits until it is min_commit_window_s long (a trimmed window keeps its prompt).
@@ -381,10 +383,7 @@ class CommitPolicy:
         return [self._partial(tuple(self._pending))]
 
     def _partial(self, words: tuple[Word, ...]) -> Partial:
-        if words:
-            start, end = words[0].start, words[-1].end
-        else:
-            start = end = self._committed_end
+        start, end = (words[0].start, words[-1].end) if words else (self._committed_end,) * 2
         partial = Partial(_text(words), start, end, words, self._seq)
         self._seq += 1
         return partial
