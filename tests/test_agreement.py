@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -239,6 +240,8 @@ def test_a_reopened_window_that_ends_at_the_committed_words_does_not_gainsay_the
     assert texts(p.observe(hyp(words + new[:4], 0.1), 0.1, 3.9)) == [("Partial", "Then in the same")]
     assert p.observe(hyp(words, 0.1), 0.1, 4.4) == [], "the decoder ended its text at 'myself.': the partial stays"
     assert p.pending and p.context(0.1)[1], "the next window takes the committed words as its prefix"
+    assert not p.heard, "that hypothesis heard nothing of its own: the streamer does not count it as hearing the speech"
+    assert copy.deepcopy(p).commit_pending() == [], "nor a pause's hypothesis: the older words wait for agreement"
     said = texts(p.observe(hyp(new, 0.1), 0.1, 4.9, prefix=p.context(0.1)[1]))
     assert said == [("Final", "Then in the same"), ("Partial", "ones.")]
 

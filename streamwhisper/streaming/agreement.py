@@ -88,6 +88,7 @@ class CommitPolicy:
         self._doubted: tuple[float, float] | None = None  # an utterance's words dropped as doubted
         self._restart: float | None = None  # where the utterance's windows gave way
         self._marks: dict[Word, float] = {}  # the latest placed words' closing marks' probabilities
+        self.heard = False  # the latest hypothesis had words of its own (pending ones may be older)
 
     @property
     def committed_end(self) -> float:
@@ -130,6 +131,7 @@ class CommitPolicy:
         this hypothesis becomes final and the commit point moves to ``window_end``.
         """
         placed, reason = self._screened(hypothesis, window_start, window_end, prefix)
+        self.heard = bool(placed)
         logger.debug(
             "hypothesis at %.2f-%.2f s%s%s: %r%s", window_start, window_end, " (prefixed)" if prefix else "",
             " (endpoint)" if endpoint else "",
@@ -221,10 +223,11 @@ class CommitPolicy:
         return events
 
     def commit_pending(self) -> list[Event]:
-        """Commit every pending word now as an endpoint ``Final`` (a client's short endpointing:
-        the speaker paused; a full stop the decoder doubts dropped), keeping the utterance open;
-        empty when agreement committed them all first, nothing when no final since the last endpoint."""
-        words = without_unsure_stop(self._pending, self._marks, self._config.pause_stop_min_probability)
+        """Commit the pending words of the latest hypothesis now as an endpoint ``Final`` (a client's
+        short endpointing; a full stop the decoder doubts dropped), keeping the utterance open: empty
+        when agreement committed them all first (or it had none), nothing when no final since the last endpoint."""
+        pending = self._pending if self.heard else []  # (not those of a hypothesis before it)
+        words = without_unsure_stop(pending, self._marks, self._config.pause_stop_min_probability)
         events: list[Event] = [self._commit(words, endpoint=True)] if words or self._unended else []
         self._pending, self._seen = [], []
         return events
@@ -317,11 +320,8 @@ class CommitPolicy:
     def _rehears(self, window_start: float) -> bool:
         """Whether a window starting at ``window_start`` is decoded without the committed words
         it holds: reopened over an utterance that closed at a pause (none committed since)."""
-        return (
-            not (self._soft_boundary or self._unheard or self._config.reopened_prefix)
-            and bool(self._tail)
-            and self._tail[-1].end > window_start
-        )
+        closed = not (self._soft_boundary or self._unheard or self._config.reopened_prefix)
+        return closed and bool(self._tail) and self._tail[-1].end > window_start
 
     def _vouched(self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool) -> bool:
         """Whether these words and the uncommitted words of the latest hypothesis begin alike:

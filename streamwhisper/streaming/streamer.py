@@ -21,7 +21,7 @@ import numpy as np
 
 from streamwhisper.audio.mel import HOP_LENGTH, SAMPLE_RATE
 from streamwhisper.audio.vad import SpeechBoundary, SpeechDetector, Vad, WebRtcVad
-from streamwhisper.events import Event, Final, SpeechEnded, SpeechStarted
+from streamwhisper.events import Event, SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 
 from . import window as windows
@@ -292,7 +292,7 @@ class Streamer:
         )
         if inflight.held:
             self._end_utterance()
-        heard = bool(self._policy.pending) or any(isinstance(e, Final) and e.words for e in events)
+        heard = self._policy.heard  # (not a hypothesis that ended at the committed words: see observe)
         self._wordless = 0 if heard else self._wordless + 1
         if not inflight.endpoint:
             if heard:  # a hypothesis without a usable word leaves the endpoint its own request
