@@ -569,19 +569,27 @@ def test_golden_boundary_repeat_is_dropped() -> None:
     )
 
 
-@pytest.mark.parametrize(("mark_probability", "kept"), [(0.5, False), (0.95, True)])
+@pytest.mark.parametrize("eager", [True, False])
+@pytest.mark.parametrize("mark_probability", [0.5, 0.95])
 def test_a_pause_final_keeps_its_full_stop_only_when_the_decoder_is_sure_of_it(
-    mark_probability: float, kept: bool
+    mark_probability: float, eager: bool
 ) -> None:
     """A window that ends at a breath ends with a full stop ("impressions, from wood blocks."):
-    a pause final (a client's short endpointing) drops it when the decoder gave the mark a
-    probability below pause_stop_min_probability (0.9), and keeps it otherwise."""
+    a pause final (a client's short endpointing) keeps it when the decoder gave the mark a
+    probability of pause_stop_min_probability (0.9) or more. A doubted one is dropped (``eager``,
+    Flux's eager ends of turn), or the pause final commits nothing: the words stay pending, and
+    the endpoint's final keeps the mark."""
     p = CommitPolicy(AGREEMENT)
     said = hyp([(" from", 0.1, 0.4), (" wood", 0.5, 0.8), (" blocks.", 0.9, 1.3)])
     last = dataclasses.replace(said.words[-1], mark_probability=mark_probability)
     p.observe(dataclasses.replace(said, words=(*said.words[:-1], last)), 0.0, 1.5)
-    (final,) = p.commit_pending()
-    assert final.endpoint and final.text == ("from wood blocks." if kept else "from wood blocks")
+    sure = mark_probability >= 0.9
+    events = p.commit_pending(eager=eager)
+    if not (sure or eager):
+        assert events is None and len(p.pending) == 3
+        events = p.close(1.5)
+    (final,) = events or ()
+    assert final.endpoint and final.text == ("from wood blocks" if eager and not sure else "from wood blocks.")
     assert p.prompt.endswith(final.words[-1].word)  # the committed text as the client has it
 
 

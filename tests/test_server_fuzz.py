@@ -59,6 +59,7 @@ setting_names = st.sampled_from(
         "interim_results",
         "word_timestamps",
         "endpointing_ms",
+        "eager_finals",
         "model",
         "label",
         "bogus",

@@ -792,6 +792,47 @@ def test_a_short_endpointing_makes_finals_at_pauses_and_the_utterance_goes_on(la
     assert finals[-1].endpoint and finals[-1].words[-1].word.strip() == "w11"
 
 
+class DoubtedStopAtPauses(ToneRecognizer):
+    """Hears the tones; a window cut at a pause (the pause's urgent request) ends its text with a
+    full stop the decoder doubts (probability 0.5), as Whisper ends a window cut at a breath."""
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+        out = super().recognize(requests)
+        for i, (r, h) in enumerate(zip(requests, out, strict=True)):
+            if r.urgent and not r.endpoint and h.words:
+                last = replace(h.words[-1], word=h.words[-1].word + ".", mark_probability=0.5)
+                out[i] = replace(h, words=(*h.words[:-1], last))
+        return out
+
+
+@pytest.mark.parametrize("eager", [False, True])
+@pytest.mark.parametrize("pause", [0.4, 1.5])
+def test_a_pause_final_with_a_doubted_full_stop_waits_for_the_endpoint(pause: float, eager: bool) -> None:
+    """pause_final: a pause whose hypothesis ends with a full stop the decoder doubts makes no
+    final while the pause may still be a breath. When the speech resumes (a 0.4 s pause), the words
+    go on with it; when the speaker stays quiet, the VAD's endpoint (500 ms) makes the final from
+    that hypothesis, full stop kept, with no request of its own. ``eager_pause_finals`` (Flux's
+    eager ends of turn) sends the final at the pause with the stop dropped, as before."""
+    words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(6)]  # 0.5 .. 2.8 s
+    resumed = [(10, 2.8 + pause, 3.1 + pause), (11, 3.2 + pause, 3.5 + pause)]
+    audio, spoken = tone_words(6.0 + pause, [*words, *resumed])
+    recognizer = DoubtedStopAtPauses()
+    config = StreamingConfig(pause_final=True, pause_hold_ms=100, eager_pause_finals=eager)
+    events = feed_all(Streamer(config, vad=EnergyVad()), recognizer, audio, [480])
+    check_stream(events, spoken)  # nothing lost or repeated
+    finals = [e for e in events if isinstance(e, Final) and e.words]
+    (w5,) = [f for f in finals if f.words[-1].word.strip().rstrip(".") == "w5"] or [None]
+    if eager:
+        assert w5 is not None and w5.endpoint and w5.words[-1].word == " w5", finals
+    elif pause < 0.5:  # a breath: no final there, the stop is the next windows' to say
+        assert w5 is None or not w5.endpoint, finals
+    else:  # the endpoint's final, from the pause's hypothesis
+        assert w5 is not None and w5.endpoint and w5.words[-1].word == " w5.", finals
+        ended = [e for e in events if isinstance(e, SpeechEnded)]
+        assert ended[0].time < 3.4 and events.index(w5) > events.index(ended[0])
+        assert not any(r.endpoint and r.end < 2.8 + pause for r in recognizer.requests)
+
+
 @pytest.mark.parametrize("lag", [0, 4, 8])
 def test_a_request_made_inside_a_pause_before_its_own_makes_the_pause_final(lag: int) -> None:
     """pause_final: a regular request made 0.2 s into the pause (its step had come) hears all the

@@ -169,6 +169,7 @@ def test_the_wire_format_is_the_documented_one() -> None:
             "interim_results": True,
             "word_timestamps": True,
             "endpointing_ms": None,
+            "eager_finals": False,
             "model": None,
             "label": "Ann",
         },

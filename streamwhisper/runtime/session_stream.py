@@ -111,7 +111,13 @@ class SessionStream:
             else:
                 vad = dataclasses.replace(vad, endpoint_ms=ms)
         return dataclasses.replace(
-            base, language=settings.language, task=settings.task, vad=vad, pause_hold_ms=hold, pause_final=pause_final
+            base,
+            language=settings.language,
+            task=settings.task,
+            vad=vad,
+            pause_hold_ms=hold,
+            pause_final=pause_final,
+            eager_pause_finals=settings.eager_finals,
         )
 
     def close(self) -> None:

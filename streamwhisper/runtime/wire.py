@@ -44,6 +44,9 @@ class SessionSettings:
     interim_results: bool = True
     word_timestamps: bool = True
     endpointing_ms: int | None = None  # None: the server's vad.endpoint_ms
+    # with an endpointing_ms shorter than the server's endpoint: a final at every such pause, even
+    # one whose last full stop the decoder doubts (dropped); else that pause waits for the endpoint
+    eager_finals: bool = False
     model: str | None = None  # None: the server's model; any other name must be enabled
     label: str = ""  # a name for the stream (a meeting participant), echoed in ready/closed
 
@@ -132,7 +135,7 @@ def apply_settings(base: SessionSettings, values: Mapping[str, Any]) -> SessionS
             if value not in ("transcribe", "translate"):
                 raise ProtocolError(f"setting 'task' must be 'transcribe' or 'translate', got {value!r}")
             changes[name] = value
-        elif name in ("interim_results", "word_timestamps"):
+        elif name in ("interim_results", "word_timestamps", "eager_finals"):
             changes[name] = _bool(name, value)
         elif name == "model":
             changes[name] = None if value in (None, "") else _text(name, value)

@@ -66,21 +66,19 @@ class CommitPolicy:
     """
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
-        self._config = config or PolicyConfig()
+        self._config = cfg = config or PolicyConfig()
         self._committed_end = 0.0
         # The committed tail feeds the prompt, the forced prefix (committed words still in the
         # window), the copy guard and boundary de-duplication. Each word is at least one token,
         # so max_prompt_tokens words always cover the prompt.
-        cfg = self._config
         self._tail: deque[Word] = deque(
             maxlen=max(TAIL_WORDS, cfg.max_prompt_tokens, cfg.copy_lookback_words, cfg.dedupe_max_ngram)
         )
         self._soft_boundary = False  # the commit point lies inside continuous speech
         self._pending: list[Word] = []  # uncommitted words of the latest hypothesis
         self._seen: list[int] = []  # for each pending word, how many hypotheses in a row said it
-        self._shown = ""  # text of the partial the client currently shows
         self._finals_in_utterance, self._unended = 0, False  # the utterance's finals; one since its last endpoint
-        self._seq = 0
+        self._seq, self._shown = 0, ""  # the next event's seq; the text of the partial the client shows
         self._utterance_start: float | None = None  # window start of the utterance's first hypothesis
         self._prompt = ""
         self._closed_prompt = ""  # the prompt as a finished sentence
@@ -222,12 +220,15 @@ class CommitPolicy:
             self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
         return events
 
-    def commit_pending(self) -> list[Event]:
+    def commit_pending(self, *, eager: bool = True) -> list[Event] | None:
         """Commit the pending words of the latest hypothesis now as an endpoint ``Final`` (a client's
-        short endpointing; a full stop the decoder doubts dropped), keeping the utterance open: empty
-        when agreement committed them all first (or it had none), nothing when no final since the last endpoint."""
+        short endpointing), keeping the utterance open: empty when agreement committed them all
+        first (or it had none), nothing when no final since the last endpoint. A last full stop the
+        decoder doubts is dropped, or, not ``eager``, commits nothing (None): the endpoint keeps it."""
         pending = self._pending if self.heard else []  # (not those of a hypothesis before it)
         words = without_unsure_stop(pending, self._marks, self._config.pause_stop_min_probability)
+        if not eager and words != pending:
+            return None
         events: list[Event] = [self._commit(words, endpoint=True)] if words or self._unended else []
         self._pending, self._seen = [], []
         return events

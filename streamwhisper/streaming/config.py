@@ -74,9 +74,9 @@ class PolicyConfig:
     sure_margin_s: float = 0.3
     sure_probability: float = 0.9
     min_commit_window_s: float = 2.0
-    # A pause final (``StreamingConfig.pause_final``) keeps the full stop after its last word only
-    # when the decoder is sure of it (sure_probability, not tuned): a window that ends at a
-    # breath ends with a full stop.
+    # A pause final (``StreamingConfig.pause_final``) ends with a full stop only when the decoder
+    # is sure of it (sure_probability, not tuned): a window that ends at a breath ends with a full
+    # stop. A doubted one waits for the endpoint (``eager_pause_finals``: is dropped).
     pause_stop_min_probability: float = 0.9
     # A word the model doubts (probability below commit_min_probability; 0 disables) needs a
     # third hypothesis in a row: tiny.en streamed longform WER 6.6 % instead of 6.8 % at 0.6,
@@ -172,6 +172,10 @@ class StreamingConfig:
     # the pause's hypothesis comes back and the speaker is still quiet, its words become final
     # at once (an endpoint final) and the utterance goes on, its window and context intact.
     pause_final: bool = False
+    # ... even when its last word's full stop is doubted (policy.pause_stop_min_probability): the
+    # stop is dropped (Flux's eager ends of turn). Else that pause's final waits for the endpoint,
+    # which keeps the stop, or speech resumes and the next windows decide (a breath).
+    eager_pause_finals: bool = False
     # Committed words stay in the window (as a forced decoder prefix) until it is this long;
     # then it is trimmed at the commit point. 0 trims at every commit.
     trim_after_s: float = 8.0

@@ -63,12 +63,10 @@ class Streamer:
         self._last_request_end = 0
         self._inflight: _Inflight | None = None
         self._flushed = self._overflowing = False
-        self._wordless = 0  # hypotheses in a row, in this utterance, that had no word
+        self._wordless = self._heard_to = 0  # its hypotheses in a row without a word; its last heard window's end
         self._carry_due = False  # the utterance's window may reopen the words before it
-        self._heard_to = 0  # end of its last window whose hypothesis came back
         self._speech_end: int | None = None  # its last voiced sample, once the VAD ended it
-        self._paused_at = -1  # where the pause that had its request began
-        self._pause_final_at = -1  # where the pause that had its final (pause_final) began
+        self._paused_at = self._pause_final_at = -1  # where the pause that had its request (its final) began
         self._begun = 0  # utterances begun so far
 
     @property
@@ -255,8 +253,11 @@ class Streamer:
         in_pause = self._endpoint_at is None and detector.speaking and bool(hold) and detector.quiet_samples >= hold
         if not in_pause or self._pause_final_at == began or self._last_request_end < began + hold // 2:
             return []
-        self._paused_at = self._pause_final_at = began  # (heard: the pause needs no request of its own)
-        return self._policy.commit_pending()
+        self._paused_at = began  # (heard: the pause needs no request of its own)
+        events = self._policy.commit_pending(eager=self._config.eager_pause_finals)
+        if events is not None:  # (None: a doubted full stop waits for the endpoint or more speech)
+            self._pause_final_at = began
+        return events or []
 
     def _due(self) -> bool:
         """Whether a regular request is due: enough new audio since the last, and no pause."""
@@ -361,8 +362,7 @@ class Streamer:
         self._floor = align_up(self._endpoint_at)
         if self._speech_goes_on and self._next_start is not None:
             self._floor = min(self._floor, self._next_start)
-        self._speech_goes_on = False
-        self._endpoint_at = None
+        self._speech_goes_on, self._endpoint_at = False, None
         if self._next_start is not None:
             queued = self._next_end
             self._begin(max(self._next_start, self._floor, self._audio.oldest))

@@ -116,7 +116,8 @@ def parse_query(query: Mapping[str, str]) -> tuple[wire.SessionSettings, FluxOpt
         native["language"] = language_code(query["language_hint"])
     options = with_thresholds(FluxOptions(), query)
     if options.eager_eot_threshold is not None:
-        native["endpointing_ms"] = EAGER_PAUSE_MS  # the session's pause finals
+        native["endpointing_ms"] = EAGER_PAUSE_MS  # the session's pause finals, at every such pause
+        native["eager_finals"] = True
     return wire.apply_settings(wire.SessionSettings(), native), options
 
 

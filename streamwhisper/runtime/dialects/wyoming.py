@@ -152,6 +152,7 @@ def request_settings(request: Request | None, start: Mapping[str, Any], language
         "language": language,
         "interim_results": False,
         "endpointing_ms": request.silence_ms,
+        "eager_finals": True,  # (aggressive's 250 ms) the first final ends the command: no stop to wait for
         "model": request.model,
     }
     try:
