@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -65,17 +66,16 @@ def test_urgent_requests_go_first_then_oldest_first_at_most_max_batch_each() -> 
     async def main() -> None:
         worker = InferenceWorker(recognizer, max_batch=3)
         client = Client(worker)
-        await busy(worker, recognizer, client)
         for key, endpoint in [("a", False), ("b", False), ("e1", True), ("c", False), ("e2", True), ("d", False)]:
             client.submit(key, endpoint)
         client.submit("p", urgent=True)
-        client.submit("e3", endpoint=True, urgent=False)  # what the scheduler reads is "urgent"
+        client.submit("e3", endpoint=True, urgent=False)  # an endpoint is urgent whatever it says
         assert worker.pending == 8
-        recognizer.release()
+        worker.start()
         for key in "abcd":
             assert isinstance(await client.outcome(key), Hypothesis)
         await worker.stop()
-        assert recognizer.batches == [["busy"], ["e1", "e2", "p"], ["a", "b", "c"], ["d", "e3"]]
+        assert recognizer.batches == [["e1", "e2", "p"], ["e3"], ["a", "b", "c"], ["d"]]
 
     run(recognizer, main)
 
@@ -86,14 +86,13 @@ def test_an_urgent_request_runs_without_the_partials_waiting_beside_it() -> None
     async def main() -> None:
         worker = InferenceWorker(recognizer, max_batch=4)
         client = Client(worker)
-        await busy(worker, recognizer, client)
         for key, endpoint in [("a", False), ("e", True), ("b", False)]:
             client.submit(key, endpoint)
-        recognizer.release()
+        worker.start()
         for key in "aeb":
             assert isinstance(await client.outcome(key), Hypothesis)
         await worker.stop()
-        assert recognizer.batches == [["busy"], ["e"], ["a", "b"]]
+        assert recognizer.batches == [["e"], ["a", "b"]]
 
     run(recognizer, main)
 
@@ -106,11 +105,10 @@ def test_each_batch_is_logged_at_debug_with_what_its_requests_wait_for(caplog: p
     async def main() -> None:
         worker = InferenceWorker(recognizer, max_batch=4)
         client = Client(worker)
-        await busy(worker, recognizer, client)
         client.submit("e", endpoint=True)
         client.submit("p", urgent=True)
         client.submit("a")
-        recognizer.release()
+        worker.start()
         for key in "epa":
             assert isinstance(await client.outcome(key), Hypothesis)
         await worker.stop()
@@ -118,9 +116,8 @@ def test_each_batch_is_logged_at_debug_with_what_its_requests_wait_for(caplog: p
     with caplog.at_level("DEBUG", logger="streamwhisper.runtime.worker"):
         run(recognizer, main)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("batch of")]
-    assert [line.split(" took ")[0] for line in lines] == ["batch of 1", "batch of 2", "batch of 1"]
+    assert [line.split(" took ")[0] for line in lines] == ["batch of 2", "batch of 1"]
     assert [[part.split("s waited")[0] for part in line.split(": ", 1)[1].split(", ")] for line in lines] == [
-        ["0.0"],
         ["E0.0", "!0.0"],
         ["0.0"],
     ]
@@ -137,8 +134,8 @@ def test_a_request_is_withdrawn_while_it_waits_and_while_it_runs() -> None:
         await busy(worker, recognizer, client)
         waiting = client.submit("a")
         assert waiting.withdraw() and worker.pending == 0
-        batch = client.worker._running[0]  # (the batch of thread 0, the only one)
-        assert batch and batch[0].request.key == "busy"
+        (batch,) = [batch for batch in client.worker._running.values() if batch]
+        assert batch[0].request.key == "busy"
         running = batch[0]
         assert running.withdraw()
         recognizer.release()
@@ -148,57 +145,32 @@ def test_a_request_is_withdrawn_while_it_waits_and_while_it_runs() -> None:
         assert not client.outcomes["busy"].done() and not client.outcomes["a"].done()
         assert recognizer.batches == [["busy"], ["b"]]
         assert worker.stats.interrupted == 1 and worker.stats.requests == 1
-
-    run(recognizer, main)
-
-
-def test_a_batch_under_way_gives_way_to_an_urgent_request_once() -> None:
-    """Partials being computed stop for a turn's final and run again after it, in their places;
-    interrupted once, they run to their end the next time, whatever comes."""
-    recognizer = TimedRecognizer(checkpoints=True)
-    first, rerun = recognizer.gate(0), recognizer.gate(2)
-
-    async def main() -> None:
-        worker = InferenceWorker(recognizer, max_batch=4)
-        client = Client(worker)
-        client.submit("a")
-        client.submit("b")
-        worker.start()
-        await asyncio.to_thread(first.entered.wait)  # the worker is in the batch of "a" and "b"
-        client.submit("e1", endpoint=True)
-        client.submit("c")
-        first.release.set()
-        assert isinstance(await client.outcome("e1"), Hypothesis)
-        await asyncio.to_thread(rerun.entered.wait)  # "a" and "b" again, with "c" behind them
-        client.submit("e2", endpoint=True)
-        rerun.release.set()
-        for key in ("a", "b", "c", "e2"):
-            assert isinstance(await client.outcome(key), Hypothesis)
-        await worker.stop()
-        assert recognizer.batches == [["a", "b"], ["e1"], ["a", "b", "c"], ["e2"]]
-        assert worker.stats.interrupted == 1
         metrics = Metrics()
         for _ in range(2):  # the daemon passes the running total at each scrape
-            metrics.count_interrupted(worker.stats.interrupted)
+            metrics.count_worker(worker.stats.interrupted, worker.stats.paused)
         assert b"streamwhisper_batches_interrupted_total 1.0" in metrics.render()
 
     run(recognizer, main)
 
 
 @pytest.mark.parametrize(
-    ("under_way", "arriving", "batches"),
+    ("under_way", "arriving", "beside"),
     [
-        ("a", "hastened", [["a"], ["p"], ["a"]]),  # the turn ended, its final waits for "p"
-        ("a", "pause", [["a"], ["p"]]),  # pauses are many, most no turn's end: it only goes first
-        ("e1", "endpoint", [["e1"], ["e2"]]),  # an urgent batch runs to its end
+        ("a", "hastened", True),  # the turn ended, its final waits for "p": it starts at once
+        ("a", "endpoint", True),
+        ("a", "pause", False),  # pauses are many, most no turn's end: it waits its turn
+        ("e1", "endpoint", False),  # one slot: a turn's batch waits for the one under way
     ],
 )
-def test_what_stops_a_batch_under_way(under_way: str, arriving: str, batches: list[list[str]]) -> None:
+def test_what_starts_beside_a_batch_under_way(under_way: str, arriving: str, beside: bool) -> None:
+    """One slot (``threads=1``): a request a turn's final waits for starts at once on the spare
+    thread, the partials under way pausing for it; anything else waits for the slot."""
     recognizer = TimedRecognizer(checkpoints=True)
     first = recognizer.gate(0)
+    starts: list[int] = []
 
     async def main() -> None:
-        worker = InferenceWorker(recognizer, max_batch=4)
+        worker = InferenceWorker(recognizer, max_batch=4, on_start=starts.append)
         client = Client(worker)
         client.submit(under_way, endpoint=under_way.startswith("e"))
         worker.start()
@@ -207,12 +179,16 @@ def test_what_stops_a_batch_under_way(under_way: str, arriving: str, batches: li
         job = client.submit(key, endpoint=arriving == "endpoint", urgent=True)
         if arriving == "hastened":
             job.hasten()
+        if beside:
+            assert isinstance(await client.outcome(key), Hypothesis), "ran while the first was held"
+            assert not client.outcomes[under_way].done()
         first.release.set()
         for done in (under_way, key):
             assert isinstance(await client.outcome(done), Hypothesis)
         await worker.stop()
-        assert recognizer.batches == batches
-        assert worker.stats.interrupted == (len(batches) == 3)
+        assert recognizer.batches == [[under_way], [key]]
+        assert worker.stats.interrupted == 0, "nothing thrown away"
+        assert starts == ([1, 2] if beside else [1, 1])
 
     run(recognizer, main)
 
@@ -224,14 +200,13 @@ def test_a_hastened_partial_is_urgent() -> None:
     async def main() -> None:
         worker = InferenceWorker(recognizer, max_batch=4)
         client = Client(worker)
-        await busy(worker, recognizer, client)
         client.submit("a")
         client.submit("b").hasten()
-        recognizer.release()
+        worker.start()
         for key in "ab":
             assert isinstance(await client.outcome(key), Hypothesis)
         await worker.stop()
-        assert recognizer.batches == [["busy"], ["b"], ["a"]]
+        assert recognizer.batches == [["b"], ["a"]]
 
     run(recognizer, main)
 
@@ -336,11 +311,12 @@ def test_stop_with_a_timeout_does_not_wait_for_the_batch_under_way() -> None:
         worker = InferenceWorker(recognizer)
         client = Client(worker)
         await busy(worker, recognizer, client)
-        (thread,) = worker._threads
-        await worker.stop(within_s=0.0)  # returns although the recogniser holds the thread
-        assert thread.is_alive() and not client.outcomes["busy"].done()
+        threads = list(worker._threads)
+        await worker.stop(within_s=0.0)  # returns although the recogniser holds a thread
+        assert any(t.is_alive() for t in threads) and not client.outcomes["busy"].done()
         recognizer.release()
-        await asyncio.to_thread(thread.join)
+        for thread in threads:
+            await asyncio.to_thread(thread.join)
 
     run(recognizer, main)
 
@@ -423,3 +399,82 @@ def test_utilization_counts_every_worker_thread() -> None:
     stats = WorkerStats(clock=lambda: 10.0, threads=2)
     stats.recent.extend([(5.0, 10.0), (7.5, 10.0)])  # one thread busy 5 s, the other 2.5 s
     assert stats.utilization(5.0) == pytest.approx(0.75)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait for a state of the worker threads (looked at every few ms, on a thread of its own;
+    ``run``'s timeout fails a test whose state never comes, and the thread gives up then)."""
+
+    def poll() -> None:
+        for _ in range(2000):
+            if condition():
+                return
+            time.sleep(0.005)
+
+    await asyncio.to_thread(poll)
+
+
+def test_a_batch_of_partials_pauses_while_a_turn_s_final_runs_which_takes_every_core() -> None:
+    """One slot: a batch of partials that reaches a checkpoint while the spare thread runs a
+    request a turn's final waits for stops there until that batch ends (nothing thrown away);
+    the turn's batch, begun beside it, takes every core at its next checkpoint."""
+    recognizer = TimedRecognizer(checkpoints=True)
+    starts: list[int] = []
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, on_start=starts.append)
+        client = Client(worker)
+        held_partial, held_turn = recognizer.gate(0), recognizer.gate(1)
+        worker.start()
+        client.submit("partial")
+        await asyncio.to_thread(held_partial.entered.wait)
+        client.submit("e", endpoint=True)
+        await asyncio.to_thread(held_turn.entered.wait)
+        held_partial.release.set()
+        await until(lambda: bool(worker._paused))
+        assert not client.outcomes["partial"].done() and worker.stats.paused == 1
+        held_turn.release.set()
+        assert isinstance(await client.outcome("e"), Hypothesis)
+        assert isinstance(await client.outcome("partial"), Hypothesis)
+        await worker.stop()
+        assert worker.stats.interrupted == 0, "the paused batch was not thrown away"
+        assert recognizer.batches == [["partial"], ["e"]]
+        assert starts == [1, 2, 1], "the turn's batch began beside the partials, then had every core"
+        metrics = Metrics()
+        metrics.count_worker(worker.stats.interrupted, worker.stats.paused)
+        assert b"streamwhisper_batches_paused_total 1.0" in metrics.render()
+
+    run(recognizer, main)
+
+
+def test_with_two_slots_a_turn_s_final_pauses_one_batch_of_two() -> None:
+    """Two slots, both running partials: a turn's request starts at once on a spare thread, and
+    one of the two batches pauses (so that two run, as before); no new partial starts until a
+    batch ends."""
+    recognizer = TimedRecognizer(checkpoints=True)
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, threads=2)
+        client = Client(worker)
+        gates = [recognizer.gate(i) for i in range(3)]
+        worker.start()
+        for i, key in enumerate(["p1", "p2"]):
+            client.submit(key)
+            await asyncio.to_thread(gates[i].entered.wait)
+        client.submit("e", endpoint=True)
+        await asyncio.to_thread(gates[2].entered.wait)
+        gates[0].release.set()
+        gates[1].release.set()
+        await asyncio.wait([client.outcomes["p1"], client.outcomes["p2"]])
+        assert worker.stats.paused == 1, "one of the two paused, the other ran on"
+        client.submit("later")
+        await asyncio.sleep(0)
+        assert worker.pending == 1, "three batches are under way: no fourth"
+        gates[2].release.set()
+        for key in ("e", "p1", "p2", "later"):
+            assert isinstance(await client.outcome(key), Hypothesis)
+        await worker.stop()
+        assert worker.stats.interrupted == 0
+        assert recognizer.batches == [["p1"], ["p2"], ["e"], ["later"]]
+
+    run(recognizer, main)

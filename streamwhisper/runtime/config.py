@@ -38,7 +38,7 @@ class ServerConfig:
     max_replay: int = 256
     # Requests run together by the inference worker (encoder batch and decoder steps).
     max_batch: int = 16
-    # Inference threads taking batches from the worker's one queue; 0: two on a CPU with two
+    # Batches the inference worker runs at once, from its one queue; 0: two on a CPU with two
     # cores or more, else one (see inference_threads).
     workers: int = 0
     # A session whose transcript lags this far behind its audio sends requests less often (longer

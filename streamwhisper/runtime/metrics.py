@@ -42,11 +42,12 @@ class Metrics:
             "streamwhisper_batch_size", "Requests per inference batch", buckets=(1, 2, 4, 8, 12, 16, 32), registry=r
         )
         self.interrupted = Counter(
-            "streamwhisper_batches_interrupted",
-            "Batches stopped part way for a turn's final (run again after it) or for nobody",
-            registry=r,
+            "streamwhisper_batches_interrupted", "Batches stopped part way: nobody waited for them", registry=r
         )
-        self._interrupted_seen = 0
+        self.paused = Counter(
+            "streamwhisper_batches_paused", "Times a batch paused part way for a turn's final", registry=r
+        )
+        self._worker_seen = (0, 0)
         self.queue_depth = Gauge("streamwhisper_queue_depth", "Requests waiting for the worker", registry=r)
         self.outbox_depth = Gauge("streamwhisper_outbox_messages", "Messages waiting for clients to read", registry=r)
         self.lag = Gauge("streamwhisper_mean_lag_seconds", "Mean transcript lag over open sessions", registry=r)
@@ -72,11 +73,12 @@ class Metrics:
         for wait in waits:
             self.queue_wait.observe(wait)
 
-    def count_interrupted(self, total: int) -> None:
-        """The worker's count of interrupted batches so far (``WorkerStats.interrupted``)."""
-        if total > self._interrupted_seen:
-            self.interrupted.inc(total - self._interrupted_seen)
-            self._interrupted_seen = total
+    def count_worker(self, interrupted: int, paused: int) -> None:
+        """The worker's running totals (``WorkerStats.interrupted``, ``.paused``)."""
+        seen_interrupted, seen_paused = self._worker_seen
+        self.interrupted.inc(max(0, interrupted - seen_interrupted))
+        self.paused.inc(max(0, paused - seen_paused))
+        self._worker_seen = (max(interrupted, seen_interrupted), max(paused, seen_paused))
 
     def render(self) -> bytes:
         if self._audio_total > 0:

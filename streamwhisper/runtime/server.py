@@ -262,7 +262,7 @@ class Daemon:
             return text_response(200 if state["ready"] else 503, json.dumps(state) + "\n", "application/json")
         if path == "/metrics":
             self.metrics.queue_depth.set(self.ctx.worker.pending)
-            self.metrics.count_interrupted(self.ctx.worker.stats.interrupted)
+            self.metrics.count_worker(self.ctx.worker.stats.interrupted, self.ctx.worker.stats.paused)
             self.metrics.lag.set(self.ctx.mean_lag())
             self.metrics.outbox_depth.set(sum(len(s.outbox) for s in self.ctx.sessions))
             return text_response(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")

@@ -1,40 +1,40 @@
-"""InferenceWorker: the threads that own the model (the daemon runs two on a multi-core CPU).
+"""InferenceWorker: the threads that own the model (two batches at once on a multi-core CPU).
 
 The scheduler of every :class:`~streamwhisper.runtime.pump.Pump` in the process. Pumps submit
 :class:`RecognitionRequest` objects from the event loop with a ``done`` callback. A worker
 thread takes the waiting requests, oldest first and at most ``max_batch`` (the urgent ones,
-endpoints and pauses, in a batch of their own while there are any: a turn's final waits for no
-partial), runs them through the recogniser as one batch (one encoder call, decoder steps batched
-across the requests) and calls each ``done`` on the submitting loop with ``call_soon_threadsafe``. A pump has
-at most one request outstanding, so no stream waits for more than one batch ahead of it and the
+endpoints and pauses, in a batch of their own while there are any), runs them through the
+recogniser as one batch (one encoder call, decoder steps batched across the requests) and calls
+each ``done`` on the submitting loop with ``call_soon_threadsafe``. A pump has at most one
+request outstanding, so no stream waits for more than one batch ahead of it and the
 queue never holds more than one request per stream (``max_pending`` bounds it anyway).
 
-With ``threads`` > 1 (``server.workers``) each thread takes its own batches from the one queue,
-so that two batches run at once: under load the cores stay busy while one batch runs Python
-between small tensor operations, where one batch over two torch threads leaves a core waiting.
+With ``threads`` > 1 (``server.workers``) that many batches run at once, each on its own thread,
+taken from the one queue: under load the cores stay busy while one batch runs Python between
+small tensor operations, where one batch over two torch threads leaves a core waiting.
 ``on_start`` lets the daemon give a batch every core while it runs alone, its share beside
-another (:func:`~streamwhisper.model.loading.core_sharing`).
+another (:func:`~streamwhisper.model.loading.core_sharing`), as that count changes.
+
+A turn's final waits for no partial. The requests it waits for (an endpoint's, and a pause's
+whose turn ended: :meth:`_Job.hasten`) are *awaited*. A batch that holds one starts at once on
+a spare thread (one per ``threads``; a spare takes nothing else), beside at most ``threads`` - 1
+other such batches; if that makes more than ``threads`` batches run, one that is not awaited
+pauses at its next checkpoint (:mod:`streamwhisper.model.interrupt`: between encoder blocks and
+decoder steps) until a batch ends. So the turn's batch waits for no other, the cores run
+``threads`` batches as before, and nothing is thrown away: a paused batch goes on where it
+stopped.
 
 A batch that raises is run again one request at a time, so that a request the recogniser cannot
 take (a poisoned window) fails alone: every other request of its batch gets its hypothesis.
 
 Bulk requests (the windows of uploaded files, ``RecognitionRequest.bulk``) come after every live
 request and run alone, one per batch: a live request waits at most for the one bulk window under
-way (a turn's final not even for that, see below), and a burst of uploads cannot push live
-streams back in the queue.
+way (a turn's final not even for that: the bulk window pauses), and a burst of uploads cannot
+push live streams back in the queue.
 
-A batch under way stops (:mod:`streamwhisper.model.interrupt`: between encoder blocks and
-decoder steps) when nobody waits for any of its results any more (its requests were withdrawn
-or cancelled), and gives way when a turn's final waits for a request in the queue (an endpoint
-request, or one :meth:`_Job.hasten` made urgent: a pause's request once its turn ended), no
-thread is free to take it and the batch holds no urgent request, in the first half of its
-typical time (batches of its size so far): past that, waiting for it costs the turn less than
-the work thrown away costs everyone.
-Its requests go back to the queue in their places and the urgent batch runs first. A pause's
-request alone stops nothing (pauses are many, most not a turn's end, and every interruption
-throws work away). A request interrupted once is not interrupted again, so partials are delayed
-by turn ends, never starved by them. A running request can be withdrawn: its result is never
-delivered.
+A batch under way stops at a checkpoint when nobody waits for any of its results any more (its
+requests were withdrawn or cancelled): a running request can be withdrawn, and its result is
+never delivered.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from .pump import Done, Outcome, SchedulerFull
 logger = logging.getLogger(__name__)
 
 TRIM_EVERY_S = 30.0
+PAUSE_POLL_S = 0.05  # how often a paused batch looks whether it was withdrawn (that does not notify)
 
 
 @dataclass(order=True)
@@ -68,7 +69,6 @@ class _Job:
     loop: asyncio.AbstractEventLoop = field(compare=False)
     submitted: float = field(compare=False, default=0.0)
     cancelled: bool = field(compare=False, default=False)
-    interrupted: bool = field(compare=False, default=False)  # gave way once: runs to its end next time
     awaited: bool = field(compare=False, default=False)  # a turn's final waits for it
     owner: InferenceWorker | None = field(compare=False, default=None)
 
@@ -89,7 +89,8 @@ class WorkerStats:
     batches: int = 0
     busy_seconds: float = 0.0
     failures: int = 0
-    interrupted: int = 0  # batches that gave way to a turn's final (or that nobody waited for)
+    interrupted: int = 0  # batches stopped because nobody waited for them any more
+    paused: int = 0  # times a batch paused for a turn's final
     last_batch: int = 0
     recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=256))  # (start, end)
     clock: Callable[[], float] = time.monotonic
@@ -104,17 +105,18 @@ class WorkerStats:
 
 
 class InferenceWorker:
-    """Runs recognition requests of all sessions on one thread, in batches.
+    """Runs recognition requests of all sessions on its threads, in batches.
 
     Args:
         recognizer: the model behind the Recognizer seam; used only from the worker thread.
         max_batch: most requests per batch.
         max_pending: most requests waiting; more raise :class:`SchedulerFull`.
-        threads: worker threads taking batches from the one queue (the recogniser must allow
+        threads: batches run at once (each on a thread of its own; the recogniser must allow
             calls from several threads at once).
         on_batch: called on the worker thread after each batch with (size, seconds, waits).
-        on_start: called on the worker thread before each batch with the number of batches
-            then under way, this one included (the daemon shares the cores by it).
+        on_start: called on the worker thread before each batch and whenever that count changes
+            at a checkpoint, with the number of batches then running (not paused), this one
+            included (the daemon shares the cores by it).
         clock: monotonic seconds for waits and utilisation (read on the worker thread).
     """
 
@@ -137,9 +139,11 @@ class InferenceWorker:
         self._cond = threading.Condition()
         self._queue: list[_Job] = []
         self._running: dict[int, list[_Job]] = {}  # the batch under way, per thread
-        self._n_threads = threads
+        self._paused: set[int] = set()  # threads whose batch waits for an awaited batch to end
+        self._paused_s: dict[int, float] = {}  # how long each thread's batch under way paused
+        self._shares: dict[int, int] = {}  # the count each thread's last on_start was given
+        self._slots = threads
         self._ended = 0  # threads that ended (the last one calls _on_end)
-        self._typical: dict[int, float] = {}  # seconds a batch of each size takes (moving average)
         self._counter = 0
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -153,7 +157,7 @@ class InferenceWorker:
 
     def start(self) -> None:
         if not self._threads:
-            for i in range(self._n_threads):
+            for i in range(2 * self._slots):  # a spare thread for each slot: see _takeable
                 name = "streamwhisper-inference" + (f"-{i}" if i else "")
                 self._threads.append(threading.Thread(target=self._run, args=(i,), name=name, daemon=True))
             for thread in self._threads:
@@ -168,10 +172,10 @@ class InferenceWorker:
             if len(self._queue) >= self._max_pending:
                 raise SchedulerFull(f"{len(self._queue)} requests waiting")
             self._counter += 1
-            kind = 2 if request.bulk else 0 if request.urgent else 1
+            kind = 2 if request.bulk else 0 if request.urgent or request.endpoint else 1
             job = _Job((kind, self._counter), request, done, loop, self._clock(), awaited=request.endpoint, owner=self)
             self._queue.append(job)
-            self._cond.notify()
+            self._cond.notify_all()  # (paused threads wait on the same condition)
         return job
 
     def _withdraw(self, job: _Job) -> bool:
@@ -186,11 +190,13 @@ class InferenceWorker:
             return True
 
     def _hasten(self, job: _Job) -> None:
-        """A turn's final now waits for ``job`` (a pause's request whose turn ended): while it is
-        queued, it is urgent and the batch under way gives way to it."""
+        """A turn's final now waits for ``job`` (a pause's request whose turn ended): queued, it
+        is urgent; either way, other batches pause for its batch."""
         with self._cond:
+            job.awaited = True
             if job in self._queue:
-                job.awaited, job.rank = True, (0, job.rank[1])
+                job.rank = (0, job.rank[1])
+            self._cond.notify_all()
 
     async def stop(self, within_s: float | None = None) -> None:
         """Drop what is still queued (``done(None)``) and wait for the batch under way to end (at
@@ -215,18 +221,33 @@ class InferenceWorker:
 
     def _take(self, me: int) -> list[_Job] | None:
         with self._cond:
-            while not self._queue and not self._stopping:
+            while not (size := self._takeable(me)) and not self._stopping:
                 self._cond.wait()
             if self._stopping:
                 return None
-            self._queue.sort()
-            urgent = sum(1 for job in self._queue if job.rank[0] == 0)
-            live = sum(1 for job in self._queue if not job.request.bulk)
-            # urgent requests run in a batch of their own: an endpoint waits for no partial
-            size = min(urgent or live, self._max_batch) if live else 1  # bulk windows run alone
             batch, self._queue = self._queue[:size], self._queue[size:]
             self._running[me] = batch
             return batch
+
+    def _takeable(self, me: int) -> int:
+        """How many of the queue's first requests thread ``me`` takes now (0: none; holding the
+        lock). The urgent ones, when one is awaited and fewer than ``threads`` awaited batches
+        run (there is always a spare thread for it: another batch pauses). Else, on a thread
+        that is not a spare, the next batch (the urgent requests while there are any, then the
+        oldest; a bulk window alone), unless ``threads`` batches are under way, awaited and
+        paused ones included."""
+        if not self._queue:
+            return 0
+        self._queue.sort()
+        held = [batch for batch in self._running.values() if any(not job.cancelled for job in batch)]
+        awaited = sum(1 for batch in held if _awaited(batch))
+        urgent = sum(1 for job in self._queue if job.rank[0] == 0)
+        if any(job.awaited for job in self._queue):
+            return min(urgent, self._max_batch) if awaited < self._slots else 0
+        if me >= self._slots or len(held) >= self._slots:  # (a spare's memory is for turns' finals)
+            return 0
+        live = sum(1 for job in self._queue if not job.request.bulk)
+        return min(urgent or live, self._max_batch) if live else 1
 
     def _run(self, me: int) -> None:
         try:
@@ -246,31 +267,27 @@ class InferenceWorker:
                 release_free_memory()  # keep the allocator's free pages from piling up
                 trimmed = self._clock()
             live = [job for job in batch if not job.cancelled]
-            if not live:
-                continue
-            if self._on_start is not None:
-                with self._cond:
-                    running = self._batches_running()
-                self._on_start(running)
+            if live:
+                self._pause(me, live)
             began = self._clock()
             results: list[Outcome] | None = None
             try:
-                with interruptible(functools.partial(self._gives_way, live, began)):
-                    results = self._recognize([j.request for j in live])
-            except Interrupted:
-                self._requeue(live)
+                with interruptible(functools.partial(self._checkpoint, me, live)):
+                    results = self._recognize([j.request for j in live]) if live else None
+            except Interrupted:  # nobody waits for it any more
                 self.stats.interrupted += 1
             finally:
                 with self._cond:
                     self._running[me] = []
-            took = self._clock() - began
+                    self._cond.notify_all()  # a batch may start, a paused one go on
+            took = self._clock() - began - self._paused_s.pop(me, 0.0)  # (running, not paused)
+            if not live:
+                continue
             with self._cond:
                 self.stats.busy_seconds += took
                 self.stats.recent.append((began, began + took))
-                if results is None:  # interrupted: its requests run again
+                if results is None:
                     continue
-                typical = self._typical.get(len(live), took)
-                self._typical[len(live)] = typical + 0.2 * (took - typical)
                 self.stats.requests += len(live)
                 self.stats.batches += 1
                 self.stats.last_batch = len(live)
@@ -284,38 +301,50 @@ class InferenceWorker:
                     job.loop.call_soon_threadsafe(_deliver, job, outcome)
 
     def _batches_running(self) -> int:
-        """How many threads have a batch under way that somebody waits for (called holding the
-        lock): a batch whose requests were all withdrawn stops at its next checkpoint, so the
-        turn's request that superseded it gets every core (one stream, two workers)."""
-        return sum(1 for batch in self._running.values() if any(not job.cancelled for job in batch))
+        """How many threads run a batch that somebody waits for and that is not paused (called
+        holding the lock): a batch whose requests were all withdrawn stops at its next
+        checkpoint, so the turn's request that superseded it gets every core (one stream)."""
+        return sum(
+            1
+            for me, batch in self._running.items()
+            if me not in self._paused and any(not job.cancelled for job in batch)
+        )
 
-    def _gives_way(self, batch: list[_Job], began: float) -> bool:
-        """Whether the batch under way should stop now (called at the model's checkpoints)."""
-        if all(job.cancelled for job in batch):
-            return True
-        if any(job.rank[0] == 0 or job.interrupted for job in batch):
-            return False
-        with self._cond:
-            awaited = any(job.awaited for job in self._queue)
-            idle = self._batches_running() < self._n_threads
-        if not awaited or idle:  # (an idle thread takes the turn's request at once)
-            return False
-        typical = self._typical.get(len(batch))
-        return typical is None or self._clock() - began < typical / 2
+    def _checkpoint(self, me: int, batch: list[_Job]) -> bool:
+        """At each of the model's checkpoints: whether the batch stops (nobody waits for it);
+        else it pauses while an awaited batch runs, and takes its share of the cores as they
+        are now."""
+        if not all(job.cancelled for job in batch):
+            self._paused_s[me] = self._paused_s.get(me, 0.0) + self._pause(me, batch, self._shares.get(me))
+        return all(job.cancelled for job in batch)
 
-    def _requeue(self, batch: list[_Job]) -> None:
-        """Put an interrupted batch's requests back in their places (or drop them, stopping)."""
+    def _pause(self, me: int, batch: list[_Job], share: int | None = None) -> float:
+        """A batch that no turn's final waits for waits while an awaited batch runs on another
+        thread and ``threads`` batches run besides it; then the batch takes its share of the
+        cores (``on_start`` with the batches then running, unless that is ``share``, the count
+        it was last given). Returns the seconds it waited."""
+        began = self._clock()
         with self._cond:
-            for job in batch:
-                if job.cancelled:
-                    continue
-                if self._stopping:
-                    with contextlib.suppress(RuntimeError):
-                        job.loop.call_soon_threadsafe(_deliver, job, None)
-                    continue
-                job.interrupted = True
-                self._queue.append(job)
-                self._cond.notify()
+            self._paused.add(me)
+            try:
+                if not _awaited(batch) and self._crowded(me):
+                    self.stats.paused += 1
+                while not self._stopping and not _awaited(batch) and self._crowded(me):
+                    if all(job.cancelled for job in batch):
+                        break
+                    self._cond.wait(PAUSE_POLL_S)
+            finally:
+                self._paused.discard(me)
+            running = self._shares[me] = self._batches_running()
+        if self._on_start is not None and running != share:
+            self._on_start(running)
+        return self._clock() - began
+
+    def _crowded(self, me: int) -> bool:
+        """Whether another thread runs a batch a turn's final waits for and ``threads`` batches
+        run besides ``me``, paused (holding the lock)."""
+        awaited = any(_awaited(batch) for other, batch in self._running.items() if other != me)
+        return awaited and self._batches_running() >= self._slots
 
     def _recognize(self, requests: list[RecognitionRequest]) -> list[Outcome]:
         """The batch's outcomes; a failed batch of several is retried request by request, so
@@ -340,6 +369,10 @@ def _describe(batch: list[_Job], waits: list[float]) -> str:
         f"{'E' if j.awaited else '!' if j.rank[0] == 0 else ''}{j.request.end - j.request.start:.1f}s waited {w:.2f}"
         for j, w in zip(batch, waits, strict=True)
     )
+
+
+def _awaited(batch: list[_Job]) -> bool:
+    return any(job.awaited and not job.cancelled for job in batch)
 
 
 def _deliver(job: _Job, outcome: Outcome) -> None:
