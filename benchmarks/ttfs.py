@@ -1,7 +1,8 @@
 """TTFS: how soon each endpoint's client gets the final text of a turn, one stream and N at once.
 
 A real ``streamwhisper serve`` process; each client streams eval read_en clips (one clip, one
-turn) at real time over one protocol and, per turn, measures:
+turn) at real time over one protocol (N clients with the clips rotated, each starting a mean
+turn's length over N after the one before it: ``--stagger``) and, per turn, measures:
 
 - ``finalize`` (``commit``, ``audio-stop``): from the client's end-of-turn message (native
   ``finalize``, Deepgram ``Finalize``, Flux ``ForceEndTurn``, OpenAI Realtime
@@ -310,11 +311,25 @@ def _or_nan(value: float | None) -> float:
     return float("nan") if value is None else value
 
 
-async def run(base: str, driver: Any, clips: list[Clip], mode: str, streams: int) -> list[float]:
-    """``streams`` clients at once, each with the clips rotated (no two say the same at once)."""
-    jobs = [driver(base, clips[i:] + clips[:i], mode) for i in range(streams)]
-    results = await asyncio.gather(*jobs)
+async def run(base: str, driver: Any, clips: list[Clip], mode: str, streams: int, stagger: float) -> list[float]:
+    """``streams`` clients at once, each with the clips rotated (no two say the same at once),
+    client ``i`` starting ``i * stagger`` seconds after the first."""
+
+    async def client(i: int) -> list[float]:
+        await asyncio.sleep(i * stagger)
+        return await driver(base, clips[i:] + clips[:i], mode)  # type: ignore[no-any-return]
+
+    results = await asyncio.gather(*map(client, range(streams)))
     return [t for r in results for t in r]
+
+
+def auto_stagger(clips: list[Clip], streams: int) -> float:
+    """One turn's mean length (its audio and the gap after it) over the clients: their turns end
+    spread over time, as independent sessions' do. Without it, the rotated clients' last turns
+    all end together (each has said every clip), which times one burst of ``streams``
+    simultaneous turn ends as a tenth of the turns."""
+    turn_s = float(np.mean([(len(head) + len(tail)) / 16000 for head, tail, _ in clips])) + GAP_S
+    return turn_s / streams
 
 
 def main() -> None:
@@ -324,6 +339,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=20, help="read_en clips per client (default 20)")
     parser.add_argument("--server-arg", action="append", default=[], help="passed to streamwhisper serve")
     parser.add_argument("--server-log", metavar="FILE", help="run the server with -vv, its log in FILE")
+    parser.add_argument(
+        "--stagger",
+        default="auto",
+        metavar="S|auto",
+        help="client i starts i*S seconds after the first (default auto: a mean turn over the clients; 0: all at once)",
+    )
     parser.add_argument(
         "--client-stop",
         default="0.2",
@@ -345,7 +366,8 @@ def main() -> None:
             driver, modes = ENDPOINTS[name]
             for streams in args.streams or [1, 8]:
                 for mode in modes:
-                    times = asyncio.run(run(base, driver, clips, mode, streams))
+                    stagger = auto_stagger(clips, streams) if args.stagger == "auto" else float(args.stagger)
+                    times = asyncio.run(run(base, driver, clips, mode, streams, stagger))
                     ok = [t for t in times if t == t]
                     record = {
                         "endpoint": name,
@@ -356,6 +378,7 @@ def main() -> None:
                         "ttfs_p50": round(_or_nan(pct(ok, 50)), 3),
                         "ttfs_p95": round(_or_nan(pct(ok, 95)), 3),
                         "client_stop": args.client_stop,
+                        "stagger_s": round(stagger, 2),
                         "cpu": cpu_name(),
                     }
                     emit(record)

@@ -13,6 +13,7 @@ from benchmarks.offline_accuracy import accuracy_report
 from benchmarks.resume import Run, best_match
 from benchmarks.scoring import Clip, normalize_with_marks, word_error_rate
 from benchmarks.streaming import summarize
+from benchmarks.ttfs import GAP_S, auto_stagger
 from streamwhisper.bench import StreamRun, score_latency
 from streamwhisper.events import Final, Word
 
@@ -184,3 +185,15 @@ def test_a_cut_run_may_read_two_places_as_two_different_uninterrupted_runs_did()
     assert (lost.duplicated, lost.lost, lost.outside) == (0, 1, [])
     far = best_match(baselines, run("and so my fellow americans asked", cut_s=1.3))
     assert far.lost == 1 and far.outside == ["delete ['not'] -> [] at word 6 (cut at word 2)"]
+
+
+def test_ttfs_clients_start_a_mean_turn_apart_over_their_number() -> None:
+    """The rotated clients' last turns would all end together (each says every clip); started a
+    mean turn / N apart, their turn ends spread as independent sessions' do."""
+    clips = [
+        (np.zeros(16000 * 2, np.float32), np.zeros(800, np.float32), 1.5),
+        (np.zeros(16000 * 4, np.float32), np.zeros(0, np.float32), 3.5),
+    ]
+    turn_s = (2.05 + 4.0) / 2 + GAP_S
+    assert auto_stagger(clips, 8) == pytest.approx(turn_s / 8)
+    assert auto_stagger(clips, 1) == pytest.approx(turn_s)
