@@ -50,7 +50,8 @@ class TimedRecognizer:
     fill the worker's queue, or keep it saturated, deterministically. Requests whose key is in
     ``fail_on`` make their whole batch raise. With ``checkpoints``, a call passes one of the
     model's interrupt checkpoints after it is released, as the real model does between encoder
-    blocks; ``gate(n)`` holds the n-th call (from 0) alone.
+    blocks; ``gate(n)`` holds the n-th call (from 0) alone, ``gate(n, after_checkpoint=True)``
+    holds it after its checkpoint, before a second one.
     """
 
     def __init__(self, fail_on: Sequence[object] = (), checkpoints: bool = False) -> None:
@@ -61,6 +62,7 @@ class TimedRecognizer:
         self._gate = threading.Event()
         self._gate.set()
         self._gates: dict[int, Gate] = {}
+        self._mid_gates: dict[int, Gate] = {}
 
     def hold(self) -> None:
         self.entered.clear()
@@ -69,12 +71,12 @@ class TimedRecognizer:
     def release(self) -> None:
         self._gate.set()
 
-    def gate(self, call: int) -> Gate:
+    def gate(self, call: int, after_checkpoint: bool = False) -> Gate:
         """Hold the ``call``-th call until the gate's ``release`` is set."""
-        return self._gates.setdefault(call, Gate())
+        return (self._mid_gates if after_checkpoint else self._gates).setdefault(call, Gate())
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
-        gate = self._gates.get(len(self.batches))
+        gate, mid = self._gates.get(len(self.batches)), self._mid_gates.get(len(self.batches))
         self.batches.append([r.key for r in requests])
         if not self._gate.is_set():
             self.entered.set()
@@ -83,6 +85,10 @@ class TimedRecognizer:
             gate.entered.set()
             gate.release.wait()
         if self.checkpoints:
+            checkpoint()
+        if mid is not None:
+            mid.entered.set()
+            mid.release.wait()
             checkpoint()
         if any(r.key in self.fail_on for r in requests):
             raise RuntimeError("scripted recognition failure")

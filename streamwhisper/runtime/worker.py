@@ -20,9 +20,9 @@ whose turn ended: :meth:`_Job.hasten`) are *awaited*. A batch that holds one sta
 a spare thread (one per ``threads``; a spare takes nothing else), beside at most ``threads`` - 1
 other such batches; if that makes more than ``threads`` batches run, one that is not awaited
 pauses at its next checkpoint (:mod:`streamwhisper.model.interrupt`: between encoder blocks and
-decoder steps) until a batch ends. So the turn's batch waits for no other, the cores run
-``threads`` batches as before, and nothing is thrown away: a paused batch goes on where it
-stopped.
+decoder steps) until a batch ends (once: turns' finals delay a batch, they cannot starve
+it). So the turn's batch waits for no other, the cores run ``threads`` batches as before, and
+nothing is thrown away: a paused batch goes on where it stopped.
 
 A batch that raises is run again one request at a time, so that a request the recogniser cannot
 take (a poisoned window) fails alone: every other request of its batch gets its hypothesis.
@@ -140,6 +140,7 @@ class InferenceWorker:
         self._queue: list[_Job] = []
         self._running: dict[int, list[_Job]] = {}  # the batch under way, per thread
         self._paused: set[int] = set()  # threads whose batch waits for an awaited batch to end
+        self._paused_once: set[int] = set()  # threads whose batch under way has paused (once only)
         self._paused_s: dict[int, float] = {}  # how long each thread's batch under way paused
         self._shares: dict[int, int] = {}  # the count each thread's last on_start was given
         self._slots = threads
@@ -279,6 +280,7 @@ class InferenceWorker:
             finally:
                 with self._cond:
                     self._running[me] = []
+                    self._paused_once.discard(me)
                     self._cond.notify_all()  # a batch may start, a paused one go on
             took = self._clock() - began - self._paused_s.pop(me, 0.0)  # (running, not paused)
             if not live:
@@ -320,16 +322,19 @@ class InferenceWorker:
 
     def _pause(self, me: int, batch: list[_Job], share: int | None = None) -> float:
         """A batch that no turn's final waits for waits while an awaited batch runs on another
-        thread and ``threads`` batches run besides it; then the batch takes its share of the
+        thread and ``threads`` batches run besides it, once at most (so turns' finals delay a
+        batch by one batch's time and cannot starve it); then the batch takes its share of the
         cores (``on_start`` with the batches then running, unless that is ``share``, the count
         it was last given). Returns the seconds it waited."""
         began = self._clock()
         with self._cond:
             self._paused.add(me)
             try:
-                if not _awaited(batch) and self._crowded(me):
+                waits = me not in self._paused_once and not _awaited(batch) and self._crowded(me)
+                if waits:
                     self.stats.paused += 1
-                while not self._stopping and not _awaited(batch) and self._crowded(me):
+                    self._paused_once.add(me)
+                while waits and not self._stopping and not _awaited(batch) and self._crowded(me):
                     if all(job.cancelled for job in batch):
                         break
                     self._cond.wait(PAUSE_POLL_S)
