@@ -507,3 +507,28 @@ def test_a_batch_pauses_once_at_most() -> None:
         assert recognizer.batches == [["partial"], ["e1"], ["e2"]]
 
     run(recognizer, main)
+
+
+def test_free_memory_is_given_back_after_a_batch_every_30_s_by_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a batch's results went out (no request waits for it), at most once in
+    ``TRIM_EVERY_S`` whichever thread comes first; on the worker's clock, not the wall's."""
+    import streamwhisper.runtime.worker as worker_module
+
+    recognizer = TimedRecognizer()
+    now = [0.0]
+    trims: list[float] = []
+    monkeypatch.setattr(worker_module, "release_free_memory", lambda: trims.append(now[0]))
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, threads=2, clock=lambda: now[0])
+        client = Client(worker)
+        worker.start()
+        for t, key in [(10.0, "a"), (31.0, "b"), (35.0, "c"), (70.0, "d")]:
+            now[0] = t
+            client.submit(key)
+            assert isinstance(await client.outcome(key), Hypothesis)
+        await worker.stop()
+
+    run(recognizer, main)
+    # (a thread may read the clock after the test moved it on: when does not matter, how often does)
+    assert len(trims) == 2 and trims[0] >= 31.0 and trims[1] == 70.0

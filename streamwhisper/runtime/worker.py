@@ -144,6 +144,7 @@ class InferenceWorker:
         self._paused_s: dict[int, float] = {}  # how long each thread's batch under way paused
         self._shares: dict[int, int] = {}  # the count each thread's last on_start was given
         self._slots = threads
+        self._trimmed = clock()  # when free memory was last given back
         self._ended = 0  # threads that ended (the last one calls _on_end)
         self._counter = 0
         self._stopping = False
@@ -262,11 +263,7 @@ class InferenceWorker:
                         self._on_end()
 
     def _serve(self, me: int) -> None:
-        trimmed = self._clock()
         while (batch := self._take(me)) is not None:
-            if self._clock() - trimmed > TRIM_EVERY_S:  # windows of many sizes come and go:
-                release_free_memory()  # keep the allocator's free pages from piling up
-                trimmed = self._clock()
             live = [job for job in batch if not job.cancelled]
             if live:
                 self._pause(me, live)
@@ -301,6 +298,17 @@ class InferenceWorker:
             for job, outcome in zip(live, results, strict=True):
                 with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                     job.loop.call_soon_threadsafe(_deliver, job, outcome)
+            self._trim()
+
+    def _trim(self) -> None:
+        """Every ``TRIM_EVERY_S`` (one thread at a time, after a batch's results went out: no
+        request waits for it): windows of many sizes come and go, so give the allocator's free
+        pages back."""
+        with self._cond:
+            if self._clock() - self._trimmed <= TRIM_EVERY_S:
+                return
+            self._trimmed = self._clock()
+        release_free_memory()
 
     def _batches_running(self) -> int:
         """How many threads run a batch that somebody waits for and that is not paused (called
