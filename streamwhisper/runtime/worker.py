@@ -140,9 +140,8 @@ class InferenceWorker:
         self._queue: list[_Job] = []
         self._running: dict[int, list[_Job]] = {}  # the batch under way, per thread
         self._paused: set[int] = set()  # threads whose batch waits for an awaited batch to end
-        self._paused_once: set[int] = set()  # threads whose batch under way has paused (once only)
-        self._paused_s: dict[int, float] = {}  # how long each thread's batch under way paused
-        self._shares: dict[int, int] = {}  # the count each thread's last on_start was given
+        self._paused_s: dict[int, float] = {}  # how long each thread's batch under way paused (once)
+        self._shares: dict[int, int] = {}  # the count on_start last gave each thread's batch
         self._slots = threads
         self._trimmed = clock()  # when free memory was last given back
         self._ended = 0  # threads that ended (the last one calls _on_end)
@@ -277,9 +276,10 @@ class InferenceWorker:
             finally:
                 with self._cond:
                     self._running[me] = []
-                    self._paused_once.discard(me)
+                    self._shares.pop(me, None)
+                    paused_s = self._paused_s.pop(me, 0.0)
                     self._cond.notify_all()  # a batch may start, a paused one go on
-            took = self._clock() - began - self._paused_s.pop(me, 0.0)  # (running, not paused)
+            took = self._clock() - began - paused_s  # (running, not paused)
             if not live:
                 continue
             with self._cond:
@@ -310,54 +310,51 @@ class InferenceWorker:
             self._trimmed = self._clock()
         release_free_memory()
 
-    def _batches_running(self) -> int:
-        """How many threads run a batch that somebody waits for and that is not paused (called
-        holding the lock): a batch whose requests were all withdrawn stops at its next
-        checkpoint, so the turn's request that superseded it gets every core (one stream)."""
+    def _batches_running(self, besides: int | None = None) -> int:
+        """How many threads (other than ``besides``) run a batch that somebody waits for and
+        that is not paused (called holding the lock): a batch whose requests were all withdrawn
+        stops at its next checkpoint, so the turn's request that superseded it gets every core
+        (one stream)."""
         return sum(
             1
             for me, batch in self._running.items()
-            if me not in self._paused and any(not job.cancelled for job in batch)
+            if me != besides and me not in self._paused and any(not job.cancelled for job in batch)
         )
 
     def _checkpoint(self, me: int, batch: list[_Job]) -> bool:
         """At each of the model's checkpoints: whether the batch stops (nobody waits for it);
-        else it pauses while an awaited batch runs, and takes its share of the cores as they
-        are now."""
+        else it may pause (:meth:`_pause`) and takes its share of the cores as they are now."""
         if not all(job.cancelled for job in batch):
-            self._paused_s[me] = self._paused_s.get(me, 0.0) + self._pause(me, batch, self._shares.get(me))
+            self._pause(me, batch)
         return all(job.cancelled for job in batch)
 
-    def _pause(self, me: int, batch: list[_Job], share: int | None = None) -> float:
+    def _pause(self, me: int, batch: list[_Job]) -> None:
         """A batch that no turn's final waits for waits while an awaited batch runs on another
         thread and ``threads`` batches run besides it, once at most (so turns' finals delay a
         batch by one batch's time and cannot starve it); then the batch takes its share of the
-        cores (``on_start`` with the batches then running, unless that is ``share``, the count
-        it was last given). Returns the seconds it waited."""
-        began = self._clock()
+        cores (``on_start`` with the batches then running, when that count changed)."""
         with self._cond:
-            self._paused.add(me)
-            try:
-                waits = me not in self._paused_once and not _awaited(batch) and self._crowded(me)
-                if waits:
-                    self.stats.paused += 1
-                    self._paused_once.add(me)
-                while waits and not self._stopping and not _awaited(batch) and self._crowded(me):
+            if me not in self._paused_s and not _awaited(batch) and self._crowded(me):
+                self.stats.paused += 1
+                began = self._clock()
+                self._paused.add(me)
+                while not self._stopping and not _awaited(batch) and self._crowded(me):
                     if all(job.cancelled for job in batch):
                         break
                     self._cond.wait(PAUSE_POLL_S)
-            finally:
                 self._paused.discard(me)
-            running = self._shares[me] = self._batches_running()
-        if self._on_start is not None and running != share:
+                self._paused_s[me] = self._clock() - began
+            running = self._batches_running()
+            changed = running != self._shares.get(me)
+            self._shares[me] = running
+        if self._on_start is not None and changed:
             self._on_start(running)
-        return self._clock() - began
 
     def _crowded(self, me: int) -> bool:
         """Whether another thread runs a batch a turn's final waits for and ``threads`` batches
-        run besides ``me``, paused (holding the lock)."""
+        run besides ``me`` (holding the lock)."""
         awaited = any(_awaited(batch) for other, batch in self._running.items() if other != me)
-        return awaited and self._batches_running() >= self._slots
+        return awaited and self._batches_running(besides=me) >= self._slots
 
     def _recognize(self, requests: list[RecognitionRequest]) -> list[Outcome]:
         """The batch's outcomes; a failed batch of several is retried request by request, so
