@@ -249,6 +249,20 @@ async def test_broken_framing_gets_an_error_and_the_connection_is_closed(name: s
 
 
 @on_clock_loop
+async def test_the_error_reaches_a_client_still_sending_after_broken_framing() -> None:
+    """The server lingers at the close: what the client sends after the broken line is discarded,
+    instead of a reset that would drop the error before the client reads it."""
+    async with running_daemon(TimedRecognizer(), wyoming_port=-1) as daemon:
+        for _ in range(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", daemon.wyoming_port)
+            writer.write(b"[" * 50_000 + b"\n" + b"x" * 4_000_000)
+            event = await async_read_event(reader)
+            assert event is not None and Error.from_event(event).code == "invalid_frame", event
+            writer.close()  # the server sees the client's close and closes its side
+            await writer.wait_closed()
+
+
+@on_clock_loop
 async def test_broken_framing_in_a_request_still_gets_the_transcript_of_the_audio_heard(
     jfk_audio: np.ndarray,
 ) -> None:

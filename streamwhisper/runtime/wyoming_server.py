@@ -24,6 +24,10 @@ gets the transcript of the audio it sent. ``audio-chunk`` before ``audio-start``
 another width or a bad ``transcribe`` get an ``error`` and the connection goes on. An event of a
 type this server does not know is dropped (the Wyoming convention, so that newer clients work).
 A connection that sends no event for ``idle_timeout_s`` gets an ``error`` and is closed.
+
+When the server ends a connection it lingers: it sends FIN, discards what the client still sends
+and closes when the client does (``LINGER_S`` at most), because closing a socket with unread
+data makes the kernel reset the connection, and the client would lose the ``error`` before it.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ logger = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024  # bytes of a header line
 MAX_DATA = 64 * 1024  # bytes of a data section
+LINGER_S = 10.0  # how long a closing connection waits for the client to close its side
 # Requests that end this way close the connection too.
 _CLOSE_AFTER = frozenset({"shutdown", "idle_timeout", "client_not_reading", "internal_error", "client_gone"})
 
@@ -247,11 +252,25 @@ class WyomingPeer:
         except ConnectionClosed:
             pass
         finally:
-            if self._read is not None:
-                self._read.cancel()
-            self._writer.close()
-            with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
+            try:
+                await self._linger()
+            finally:
+                self._writer.close()
+                with contextlib.suppress(Exception):
+                    await self._writer.wait_closed()
+
+    async def _linger(self) -> None:
+        """Half-close, then discard what the client still sends until it closes (or ``LINGER_S``)."""
+        if self._read is not None:
+            self._read.cancel()
+            await asyncio.wait({self._read})
+        if self._reader.at_eof() or self._writer.is_closing() or not self._writer.can_write_eof():
+            return
+        with contextlib.suppress(TimeoutError, OSError, RuntimeError):
+            self._writer.write_eof()
+            async with asyncio.timeout(LINGER_S):
+                while await self._reader.read(MAX_LINE):
+                    pass
 
     async def _handle(self, event: Event) -> bool:
         """Handle an event between requests; False closes the connection."""
