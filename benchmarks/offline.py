@@ -58,10 +58,11 @@ def _ours(
 ) -> tuple[Callable[[Any], tuple[str, int, int]], dict]:
     import torch
 
-    torch.set_num_threads(threads)
     import streamwhisper
     from streamwhisper.model.decoding import DecodeOptions
-    from streamwhisper.model.loading import load_model
+    from streamwhisper.model.loading import configure_threads, load_model
+
+    configure_threads(threads)  # as `streamwhisper transcribe` runs: torch's threads, numpy's BLAS on one
     from streamwhisper.transcribe import TranscribeOptions, Transcriber
 
     transcriber = Transcriber(load_model(model_path or model, "cpu", compute))

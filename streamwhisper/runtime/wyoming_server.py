@@ -264,6 +264,8 @@ class WyomingPeer:
         if self._read is not None:
             self._read.cancel()
             await asyncio.wait({self._read})
+            if not self._read.cancelled():
+                self._read.exception()  # a read that ended meanwhile: its event or error is of no use now
         if self._reader.at_eof() or self._writer.is_closing() or not self._writer.can_write_eof():
             return
         with contextlib.suppress(TimeoutError, OSError, RuntimeError):
