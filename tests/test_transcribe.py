@@ -39,9 +39,9 @@ READ_EN_WER_BOUND = 0.06
 
 @pytest.fixture(scope="module")
 def default_model() -> Whisper:
-    """tiny.en with the default compute type (int8_logits on the CPU)."""
+    """tiny.en with the default compute type (mixed on the CPU)."""
     with warnings.catch_warnings():
-        # torch.ao.quantization's deprecation warning escapes load_model (see test_model.py's xfail)
+        # torch.ao.quantization's deprecation warning, should one escape load_model's own filter
         warnings.filterwarnings("ignore", "torch.ao.quantization is deprecated", DeprecationWarning)
         return load_model("tiny.en")
 
