@@ -61,9 +61,9 @@ def _ours(
     import streamwhisper
     from streamwhisper.model.decoding import DecodeOptions
     from streamwhisper.model.loading import configure_threads, load_model
+    from streamwhisper.transcribe import TranscribeOptions, Transcriber
 
     configure_threads(threads)  # as `streamwhisper transcribe` runs: torch's threads, numpy's BLAS on one
-    from streamwhisper.transcribe import TranscribeOptions, Transcriber
 
     transcriber = Transcriber(load_model(model_path or model, "cpu", compute))
     options = TranscribeOptions(decode=DecodeOptions(language=LANGUAGE))  # greedy, fallback, conditioned
