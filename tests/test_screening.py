@@ -326,6 +326,13 @@ def forever_committed(config: PolicyConfig = AGREEMENT) -> CommitPolicy:
 COPIED = [(" A4", 36.48, 36.84), (" said", 36.84, 36.94), (" Guttenberg", 36.94, 37.02), (" Bible.", 37.02, 38.16)]
 
 
+def with_probabilities(words: Sequence[tuple[str, float, float, float]], offset: float) -> Hypothesis:
+    """``hyp`` with each word's probability given."""
+    h = hyp([(w, s, e) for w, s, e, _ in words], offset)
+    ws = tuple(dataclasses.replace(w, probability=p) for w, (_, _, _, p) in zip(h.words, words, strict=True))
+    return dataclasses.replace(h, words=ws)
+
+
 def test_a_window_that_gave_way_drops_the_prompt_it_starts_with() -> None:
     assert PolicyConfig().restart_copy_min_words == 3
     p = forever_committed()
@@ -357,6 +364,15 @@ def test_a_copy_is_kept_elsewhere() -> None:
     p = forever_committed()
     events = p.observe(hyp([(" Yes,", 36.5, 36.8), *[(w, s + 0.4, e + 0.4) for w, s, e in COPIED]], 36.48), 36.48, 38.9)
     assert texts(events) == [("Partial", "Yes, A4 said Guttenberg Bible.")]
+    # ... unless the words beside it are doubted: the decoder copied its prompt over noise
+    # (recorded: laughter after "... glad to see you again, Phil.", the probabilities its own).
+    doubted = [(" You", 36.5, 36.7, 0.08), (" are", 36.7, 36.9, 0.06), (" welcome,", 36.9, 37.2, 0.09)]
+    for probability, heard in ((0.9, "You are welcome, A4 said Guttenberg Bible."), (None, None)):
+        said = [(w, s, e, probability or p) for w, s, e, p in doubted]
+        said += [(w, s + 0.8, e + 0.8, 0.95) for w, s, e in COPIED]
+        p = forever_committed()
+        events = p.observe(with_probabilities(said, 36.48), 36.48, 39.1)
+        assert texts(events) == ([("Partial", heard)] if heard else [])
     # Two copied words are not a run.
     p = forever_committed()
     assert texts(p.observe(hyp(COPIED[1:3], 36.48), 36.48, 38.19)) == [("Partial", "said Guttenberg")]

@@ -97,7 +97,7 @@ def is_non_lexical(words: Sequence[HypothesisWord]) -> bool:
     return True
 
 
-def mean_word_probability(words: Sequence[HypothesisWord]) -> float:
+def mean_word_probability(words: Sequence[HypothesisWord | Word]) -> float:
     """The arithmetic mean of the words' probabilities; the geometric mean for a hypothesis of
     at most three words, where one doubted word is most of the text ("Thank:0.07 you.:0.96" on
     music: 0.26, where the arithmetic mean says 0.52)."""
@@ -193,8 +193,18 @@ def drop_prompt_copy(words: list[Word], committed: Sequence[Word], config: Polic
     after "Feels like these days go on forever." the decoder said "A4 said Guttenberg Bible."
     (committed 17 s before) again. A window whose words were all a copy heard nothing: like one
     whose words were doubted, it leaves its audio for the next window to hear.
+
+    A copy later in the window is speech said again, unless the words beside it are doubted
+    (their mean probability under ``min_mean_word_probability``): then the whole window is a
+    copy dressed in noise, and the copy's own high probabilities, the decoder reading its
+    prompt, are no evidence of audio (on laughter after "... glad to see you again, Phil.":
+    "You:0.08 are:0.06 welcome,:0.09 I am glad to see you again.", whose mean passed at 0.51).
     """
-    kept = drop_copied_runs(words, committed, config, config.restart_copy_min_words, leading=True)
+    n = config.restart_copy_min_words
+    kept = drop_copied_runs(words, committed, config, n, leading=True)
+    rest = drop_copied_runs(kept, committed, config, n)
+    if len(rest) < len(kept) and (not rest or mean_word_probability(rest) < config.min_mean_word_probability):
+        kept = []
     return kept, "prompt_copy" if words and not kept else ""
 
 
