@@ -13,7 +13,7 @@ from streamwhisper.events import Final, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 from streamwhisper.streaming.agreement import CommitPolicy
 from streamwhisper.streaming.config import PolicyConfig
-from streamwhisper.streaming.screening import find_loop, normalize_word, screen, without_unsure_stop
+from streamwhisper.streaming.screening import find_loop, glue_continuations, normalize_word, screen, without_unsure_stop
 
 # --- screen: a hypothesis on its own --------------------------------------------------------
 
@@ -389,3 +389,21 @@ def test_only_a_doubted_full_stop_is_dropped_from_a_pause_final() -> None:
     alone = Word(" .", 0.9, 1.3, 0.9)  # a word that is only the mark stays whole
     assert without_unsure_stop([alone], {alone: 0.2}, 0.9) == [alone]
     assert without_unsure_stop([], {}, 0.9) == []
+
+
+def test_a_word_that_goes_on_from_the_one_before_is_joined_to_it() -> None:
+    # recorded (read_en, the picovoice clip): "not 600 ,000" and "a 12 chance" in the finals
+    said = [(" not", 0.0, 0.2), (" 600", 0.2, 0.6), (",000", 0.6, 0.9), (" a", 1.0, 1.1), (" 12", 1.1, 1.4)]
+    said += [("%", 1.4, 1.5), (" chance.", 1.5, 1.9), (" 1", 2.0, 2.2), ("-0", 2.2, 2.4), ("-3.", 2.4, 2.6)]
+    said += [(" But", 2.7, 2.9), ("...", 2.9, 3.0), (" ill", 3.0, 3.2), ("-disposed.", 3.2, 3.6)]
+    words, reason = screen(hyp(said), AGREEMENT)
+    assert reason == ""
+    joined = [" not", " 600,000", " a", " 12%", " chance.", " 1-0-3.", " But...", " ill", "-disposed."]
+    assert [w.word for w in words] == joined  # (a hyphen before letters: a word of its own)
+    assert (words[1].start, words[1].end, words[3].end) == (0.2, 0.9, 1.5)
+    # The parts' mean probability: "5:0.41 -5:0.62" (en_ps_cards_004) is not one doubted "5".
+    five = [HypothesisWord(" 5", 0.0, 0.4, 0.41), HypothesisWord("-5", 0.4, 0.8, 0.62)]
+    assert glue_continuations(five) == (HypothesisWord(" 5-5", 0.0, 0.8, 0.515),)
+    # Scripts without spaces: every word begins with a letter and stays apart.
+    chinese = hyp([("我们", 0.0, 0.4), ("今天", 0.4, 0.8), ("去。", 0.8, 1.0)]).words
+    assert glue_continuations(chinese) == chinese

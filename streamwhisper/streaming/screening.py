@@ -97,6 +97,41 @@ def is_non_lexical(words: Sequence[HypothesisWord]) -> bool:
     return True
 
 
+def glue_continuations(words: Sequence[HypothesisWord]) -> tuple[HypothesisWord, ...]:
+    """The words, each that goes on from the word before it (:func:`_goes_on`: ",000" after
+    " 600", "%" after " 12", "-0" in " 1-0-0", "..." after " but") joined to it.
+
+    Whisper's word split starts a new word at every punctuation token and joins back only the
+    closing marks of its list: a stream whose finals end between " 600" and ",000" would show
+    "600 ,000", and a lone "%", with no letter or digit, was dropped as punctuation ("a 12
+    chance"). The joined word's probability is its parts' mean. Words of scripts written without
+    spaces begin with a letter and stay apart.
+    """
+    out: list[HypothesisWord] = []
+    for w in words:
+        if out and _goes_on(out[-1].word, w.word):
+            last = out[-1]
+            joined = last.word + w.word
+            probability = (last.probability + w.probability) / 2  # (Whisper's: a mean over tokens)
+            end, mark = max(last.end, w.end), w.mark_probability
+            out[-1] = replace(last, word=joined, end=end, probability=probability, mark_probability=mark)
+        else:
+            out.append(w)
+    return tuple(out)
+
+
+def _goes_on(last: str, word: str) -> bool:
+    """Whether ``word`` continues ``last``: no leading space, a mark or symbol first, and then
+    nothing more ("%", "...") or digits after digits (",000", "-0"). A hyphen before letters
+    ("ill" "-disposed") stays a word of its own: joined, the compound must agree whole in two
+    hypotheses and is committed later (read_en: "ill-disposed" became "old supposed")."""
+    first = word[:1]
+    if not first or first.isspace() or first.isalnum():
+        return False
+    rest = normalize_word(word)
+    return not rest or (rest[0].isdigit() and last[-1:].isdigit())
+
+
 def mean_word_probability(words: Sequence[HypothesisWord | Word]) -> float:
     """The arithmetic mean of the words' probabilities; the geometric mean for a hypothesis of
     at most three words, where one doubted word is most of the text ("Thank:0.07 you.:0.96" on
@@ -117,7 +152,8 @@ def screen(
     Silence and a high compression ratio without a visible loop (as the recogniser's fallback
     rule judged them: ``silent``, ``looping``) and a log-probability below the floor reject the
     whole hypothesis; a
-    repeated n-gram loop is cut after its first occurrence. Punctuation-only words are dropped.
+    repeated n-gram loop is cut after its first occurrence. A word that goes on from the one
+    before it is joined to it (:func:`glue_continuations`); punctuation-only words left are dropped.
     ``vouched(words)``: whether the previous hypothesis already said these words; doubted words
     (a low mean probability) are kept when it did: a short window padded to 30 s lowers the
     model's confidence, not the words' truth; so are the few words of a hypothesis sampled at a
@@ -133,13 +169,14 @@ def screen(
         return (), "low_logprob"
     if hypothesis.no_speech_prob > config.no_speech_hard_threshold:
         return (), "no_speech_hard"
-    words = tuple(w for w in hypothesis.words if normalize_word(w.word))
+    glued = glue_continuations(hypothesis.words)
+    words = tuple(w for w in glued if normalize_word(w.word))
     before = [k for w in prefix.split() if (k := normalize_word(w))]
     keys = [*before, *(normalize_word(w.word) for w in words)]
     cut = find_loop(keys, config.loop_max_ngram, config.loop_min_repeats, config.loop_long_ngram, after=len(before))
     cut = None if cut is None else cut - len(before)
     # A loop reinforces itself (its repeats reach probability 0.8-0.9): judge what precedes it.
-    judged = hypothesis.words if cut is None else words[:cut]
+    judged = glued if cut is None else words[:cut]
     doubted = bool(judged) and mean_word_probability(judged) < config.min_mean_word_probability
     if doubted and (vouched is None or not vouched(judged)):
         return (), "low_word_probability"
