@@ -37,9 +37,16 @@ AGREEMENT = PolicyConfig(commit_margin_s=0.04, min_commit_window_s=0.0)
 Said = tuple[str, float, float]  # a word with its absolute start and end (seconds)
 
 
-def hyp(words: Sequence[Said], offset: float = 0.0, **kw: Any) -> Hypothesis:
-    """A hypothesis whose words are given on the absolute clock of a window at ``offset``."""
-    ws = tuple(HypothesisWord(w, round(s - offset, 3), round(e - offset, 3), 0.9) for w, s, e in words)
+def hyp(
+    words: Sequence[Said], offset: float = 0.0, *, probabilities: Sequence[float] | None = None, **kw: Any
+) -> Hypothesis:
+    """A hypothesis whose words are given on the absolute clock of a window at ``offset``, each
+    at probability 0.9 unless ``probabilities`` gives them."""
+    ps = [0.9] * len(words) if probabilities is None else probabilities
+    ws = tuple(
+        HypothesisWord(w, round(s - offset, 3), round(e - offset, 3), p)
+        for (w, s, e), p in zip(words, ps, strict=True)
+    )
     fields: dict[str, Any] = dict(avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.2, language="en")
     fields.update(kw)
     decoded = Hypothesis("".join(w.word for w in ws), (), ws, **fields)

@@ -16,7 +16,7 @@ import pytest
 from fakes import AGREEMENT, ScriptedRecognizer, SpanVad, fake_encode, hyp, texts
 
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
-from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
+from streamwhisper.model.recognizer import RecognitionRequest
 from streamwhisper.runtime.replay import drive
 from streamwhisper.streaming.agreement import CommitPolicy
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
@@ -360,12 +360,6 @@ def test_default_commit_margin() -> None:
     assert texts(p.observe(hyp(AGREED), 0.0, 3.0)) == [("Final", "a b"), ("Partial", "c d")]
 
 
-def _with_probabilities(words: Sequence[tuple[str, float, float]], probabilities: Sequence[float]) -> Hypothesis:
-    h = hyp(words)
-    said = tuple(dataclasses.replace(w, probability=p) for w, p in zip(h.words, probabilities, strict=True))
-    return dataclasses.replace(h, words=said)
-
-
 @pytest.mark.parametrize(
     ("probabilities", "committed"),
     [
@@ -378,8 +372,8 @@ def test_a_sure_word_followed_by_another_needs_a_shorter_margin(probabilities: l
     config = PolicyConfig(commit_margin_s=0.6, sure_margin_s=0.3, sure_probability=0.9, min_commit_window_s=0.0)
     words = AGREED[: len(probabilities)]
     p = CommitPolicy(config)
-    p.observe(_with_probabilities(words, probabilities), 0.0, 3.0)
-    finals = [e.text for e in p.observe(_with_probabilities(words, probabilities), 0.0, 3.0) if isinstance(e, Final)]
+    p.observe(hyp(words, probabilities=probabilities), 0.0, 3.0)
+    finals = [e.text for e in p.observe(hyp(words, probabilities=probabilities), 0.0, 3.0) if isinstance(e, Final)]
     assert finals == [committed]
 
 
@@ -387,8 +381,8 @@ def test_the_last_word_of_a_hypothesis_needs_the_full_margin() -> None:
     config = PolicyConfig(commit_margin_s=0.6, sure_margin_s=0.3, min_commit_window_s=0.0)
     p = CommitPolicy(config)
     two = AGREED[:2]  # b ends 0.55 s before the window's end and nothing follows it
-    p.observe(_with_probabilities(two, [0.99, 0.99]), 0.0, 3.0)
-    events = p.observe(_with_probabilities(two, [0.99, 0.99]), 0.0, 3.0)
+    p.observe(hyp(two, probabilities=[0.99, 0.99]), 0.0, 3.0)
+    events = p.observe(hyp(two, probabilities=[0.99, 0.99]), 0.0, 3.0)
     assert [e.text for e in events if isinstance(e, Final)] == ["a"]
 
 

@@ -147,14 +147,8 @@ def test_a_loop_is_judged_by_the_words_before_it() -> None:
     """A loop's repeats are confident (it feeds itself); the words before it decide."""
     loop = [(w, 2.0 + 0.2 * i, 2.2 + 0.2 * i) for i, w in enumerate([" a", " little", " bit", " of"] * 5)]
     said = [(" I'm", 0.0, 0.4), (" going", 0.4, 0.8), (" to", 0.8, 1.2), (" do", 1.2, 2.0)]
-    doubted, sure = hyp(said + loop), hyp(said + loop)
-    doubted = dataclasses.replace(
-        doubted,
-        words=tuple(
-            dataclasses.replace(w, probability=p)
-            for w, p in zip(doubted.words, [0.14, 0.3, 0.93, 0.04, 0.17, 0.19, 0.3, 0.45] + [0.85] * 16, strict=True)
-        ),
-    )
+    sure = hyp(said + loop)
+    doubted = hyp(said + loop, probabilities=[0.14, 0.3, 0.93, 0.04, 0.17, 0.19, 0.3, 0.45] + [0.85] * 16)
     assert screen(doubted, PolicyConfig()) == ((), "low_word_probability")  # dishes clattering
     words, reason = screen(sure, PolicyConfig())
     assert reason == "loop" and " ".join(w.word.strip() for w in words) == "I'm going to do a little bit of"
@@ -326,13 +320,6 @@ def forever_committed(config: PolicyConfig = AGREEMENT) -> CommitPolicy:
 COPIED = [(" A4", 36.48, 36.84), (" said", 36.84, 36.94), (" Guttenberg", 36.94, 37.02), (" Bible.", 37.02, 38.16)]
 
 
-def with_probabilities(words: Sequence[tuple[str, float, float, float]], offset: float) -> Hypothesis:
-    """``hyp`` with each word's probability given."""
-    h = hyp([(w, s, e) for w, s, e, _ in words], offset)
-    ws = tuple(dataclasses.replace(w, probability=p) for w, (_, _, _, p) in zip(h.words, words, strict=True))
-    return dataclasses.replace(h, words=ws)
-
-
 def test_a_window_that_gave_way_drops_the_prompt_it_starts_with() -> None:
     assert PolicyConfig().restart_copy_min_words == 3
     p = forever_committed()
@@ -371,7 +358,7 @@ def test_a_copy_is_kept_elsewhere() -> None:
         said = [(w, s, e, probability or p) for w, s, e, p in doubted]
         said += [(w, s + 0.8, e + 0.8, 0.95) for w, s, e in COPIED]
         p = forever_committed()
-        events = p.observe(with_probabilities(said, 36.48), 36.48, 39.1)
+        events = p.observe(hyp([w[:3] for w in said], 36.48, probabilities=[w[3] for w in said]), 36.48, 39.1)
         assert texts(events) == ([("Partial", heard)] if heard else [])
     # Two copied words are not a run.
     p = forever_committed()
