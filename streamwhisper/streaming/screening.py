@@ -217,7 +217,7 @@ def drop_copied_runs(
         if tuple(keys[i : i + n]) in grams:
             drop[i : i + n] = [True] * n
     if any(drop):
-        logger.debug("dropped %d word(s) copying committed text", sum(drop))
+        logger.debug("%d word(s) copy committed text", sum(drop))  # (drop_prompt_copy may keep them)
     return [w for w, d in zip(words, drop, strict=True) if not d]
 
 
