@@ -27,6 +27,7 @@ from streamwhisper.model.serving import WhisperRecognizer
 from streamwhisper.model.whisper import Whisper
 from streamwhisper.runtime.replay import replay
 from streamwhisper.streaming.streamer import Streamer
+from streamwhisper.whisper_input import N_FRAMES
 
 pytestmark = pytest.mark.slow  # end to end: the real model
 
@@ -195,6 +196,29 @@ def test_a_request_decodes_the_same_whatever_its_batch(
     assert recognizer._frames(short.mel.shape[-1], 3) < recognizer._frames(long.mel.shape[-1], 3)
     batched, alone = recognizer.recognize([long, short, long])[1:2], recognizer.recognize([short])
     _assert_same(batched, alone, _tolerance(default_model))
+
+
+def test_a_crowded_window_alone_is_served_as_in_a_batch(
+    default_model: Whisper, streamed: list[RecognitionRequest]
+) -> None:
+    """A window the worker took while saturated (``crowded``) is encoded at its fitted context
+    and decoded greedily, as in a batch, where alone it gets 30 s and beam search (three times
+    the cost, which a saturated daemon pays in every stream's latency)."""
+    recognizer = WhisperRecognizer(default_model)  # the defaults: "auto" context, beam for one
+    widths: list[list[int]] = []
+    encode = recognizer._encode
+
+    def spy(requests: list[RecognitionRequest], frames: list[int]) -> list:  # type: ignore[type-arg]
+        widths.append(list(frames))
+        return encode(requests, frames)
+
+    recognizer._encode = spy  # type: ignore[method-assign]
+    window, other = _windows_2_to_10_s(streamed)[:2]
+    crowded = recognizer.recognize([replace(window, crowded=True)])
+    batched = recognizer.recognize([window, other])[:1]
+    recognizer.recognize([window])
+    assert widths[0][0] < N_FRAMES and widths[-1] == [N_FRAMES]
+    _assert_same(crowded, batched, _tolerance(default_model))
 
 
 def test_a_fallback_sample_depends_on_its_window_alone(

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import pytest
 from runtime_fakes import TimedRecognizer, request
 
-from streamwhisper.model.recognizer import Hypothesis
+from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.runtime.metrics import Metrics
 from streamwhisper.runtime.pump import Outcome, SchedulerFull
 from streamwhisper.runtime.worker import InferenceWorker, WorkerStats
@@ -399,6 +399,38 @@ def test_utilization_counts_every_worker_thread() -> None:
     stats = WorkerStats(clock=lambda: 10.0, threads=2)
     stats.recent.extend([(5.0, 10.0), (7.5, 10.0)])  # one thread busy 5 s, the other 2.5 s
     assert stats.utilization(5.0) == pytest.approx(0.75)
+
+
+def test_a_request_taken_while_the_worker_is_saturated_is_marked_crowded() -> None:
+    """Busy more than 90 % of the last 5 s (on the worker's clock): the recogniser is told, so
+    that a live window alone costs what it costs in a batch; not an upload's window, whose
+    transcript must not depend on the load; and once the load is gone, no request."""
+    crowded: list[bool] = []
+
+    class Seen(TimedRecognizer):
+        def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+            crowded.extend(r.crowded for r in requests)
+            return super().recognize(requests)
+
+    recognizer = Seen()
+    now = [100.0]
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, threads=2, clock=lambda: now[0])
+        client = Client(worker)
+        worker.start()
+        worker.stats.recent.extend([(95.0, 100.0), (95.5, 100.0)])  # 9.5 of 10 thread-seconds
+        client.submit("under load")
+        await client.outcome("under load")
+        client.submit("upload", bulk=True)
+        await client.outcome("upload")
+        now[0] = 104.0  # 2 of the last 10 thread-seconds: not saturated
+        client.submit("after it")
+        await client.outcome("after it")
+        await worker.stop()
+
+    run(recognizer, main)
+    assert crowded == [True, False, False]
 
 
 async def until(condition: Callable[[], bool]) -> None:

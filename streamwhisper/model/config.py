@@ -40,7 +40,8 @@ class RecognizerConfig:
     encodes only the filled part of a window (rounded up to ``ctx_step_s`` and at least
     ``min_ctx_s``), as whisper.cpp's audio_ctx does: a 5 s window costs a fifth of a 30 s one.
     "auto" (the default): "full" for batches of at most ``full_ctx_max_batch`` windows (one
-    stream, an idle daemon), "fit" for larger ones (longform WER: 6.7 % offline; streamed 7.0 %
+    stream, an idle daemon; a request marked ``crowded`` counts as a batch of two at least),
+    "fit" for larger ones (longform WER: 6.7 % offline; streamed 7.0 %
     full, 7.7 % fit at 10 s, 9.5 % at 6 s).
     """
 

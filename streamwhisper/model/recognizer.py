@@ -40,6 +40,9 @@ class RecognitionRequest:
     says that it finalises an utterance and ``urgent`` that it is the endpoint or may serve as
     it (the hypothesis at a pause): what a scheduler needs, ignored by the recogniser; so is
     ``bulk``: a window of a whole-file transcription, served after every live request.
+    ``crowded`` says that the cores were saturated when the live request was taken: the
+    recogniser serves it as one of a batch of two at least (with the default settings: at a
+    fitted audio context, greedily), because a window alone at the full context costs three.
     ``timestamps`` decodes with timestamp tokens (kept in the hypothesis' tokens: offline
     segmentation) and Whisper's full token budget; ``temperatures`` replaces the recogniser's
     fallback temperatures for this request.
@@ -61,6 +64,7 @@ class RecognitionRequest:
     max_prompt_tokens: int | None = None
     timestamps: bool = False
     bulk: bool = False
+    crowded: bool = False
     temperatures: tuple[float, ...] | None = None
 
     def with_tokens(self, encode: Callable[[str], Sequence[int]]) -> RecognitionRequest:

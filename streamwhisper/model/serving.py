@@ -71,9 +71,10 @@ class WhisperRecognizer:
             return []
         requests = [r.with_tokens(self.encode_text) for r in requests]
         model, cfg = self.model, self.config
-        features = self._encode(requests, [self._frames(r.mel.shape[-1], len(requests)) for r in requests])
+        size = max(len(requests), 2) if any(r.crowded for r in requests) else len(requests)  # (the size rules)
+        features = self._encode(requests, [self._frames(r.mel.shape[-1], size) for r in requests])
         windows = [window_cross(model, f) for f in features]
-        beam = (cfg.beam_size or None) if len(requests) <= cfg.beam_max_batch else None
+        beam = (cfg.beam_size or None) if size <= cfg.beam_max_batch else None
         bases = [self._decode_options(r, beam) for r in requests]
         firsts: list[DecodingResult | None] = [None] * len(requests)
         fitted = [f.shape[1] < model.dims.n_audio_ctx for f in features]

@@ -81,7 +81,7 @@ class Pacing:
         step = streamer.step_s
         # Only a saturated worker is overload; a lag of a batch or two on an idle one is not,
         # and longer steps would only add latency there.
-        if lag > server.degrade_lag_s and self._worker.stats.utilization() > 0.9:
+        if lag > server.degrade_lag_s and self._worker.stats.saturated():
             new = min(step * 1.5, self._max_step)
         elif lag < server.degrade_lag_s / 3:
             new = max(step / 1.5, self._min_step)

@@ -47,7 +47,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from streamwhisper.model.interrupt import Interrupted, interruptible
 from streamwhisper.model.memory import release_free_memory
@@ -58,6 +58,7 @@ from .pump import Done, Outcome, SchedulerFull
 logger = logging.getLogger(__name__)
 
 TRIM_EVERY_S = 30.0
+SATURATED = 0.9  # the utilisation above which the worker is saturated (WorkerStats.saturated)
 PAUSE_POLL_S = 0.05  # how often a paused batch looks whether it was withdrawn (that does not notify)
 
 
@@ -102,6 +103,10 @@ class WorkerStats:
         since = now - window_s
         busy = sum(min(end, now) - max(start, since) for start, end in list(self.recent) if end > since)
         return min(busy / (window_s * self.threads), 1.0)
+
+    def saturated(self) -> bool:
+        """Whether the threads were busy nearly all the last 5 s: the daemon is overloaded."""
+        return self.utilization() > SATURATED
 
 
 class InferenceWorker:
@@ -268,9 +273,11 @@ class InferenceWorker:
                 self._pause(me, live)
             began = self._clock()
             results: list[Outcome] | None = None
+            crowded = self.stats.saturated()  # (a live window then costs what it does in a batch)
+            requests = [replace(j.request, crowded=True) if crowded and not j.request.bulk else j.request for j in live]
             try:
                 with interruptible(functools.partial(self._checkpoint, me, live)):
-                    results = self._recognize([j.request for j in live]) if live else None
+                    results = self._recognize(requests) if live else None
             except Interrupted:  # nobody waits for it any more
                 self.stats.interrupted += 1
             finally:
@@ -294,7 +301,8 @@ class InferenceWorker:
             if self._on_batch is not None:
                 self._on_batch(len(live), took, waits)
             if logger.isEnabledFor(logging.DEBUG):
-                logger.debug("batch of %d took %.2f s: %s", len(live), took, _describe(live, waits))
+                what = "crowded batch" if crowded else "batch"
+                logger.debug("%s of %d took %.2f s: %s", what, len(live), took, _describe(live, waits))
             for job, outcome in zip(live, results, strict=True):
                 with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                     job.loop.call_soon_threadsafe(_deliver, job, outcome)
