@@ -17,8 +17,10 @@ import pytest
 from benchmarks.scoring import Clip, normalize
 from streamwhisper.audio.files import load_audio
 from streamwhisper.audio.mel import log_mel
+from streamwhisper.model import serving
 from streamwhisper.model.batch_decoding import decode_greedy_batch, loops, window_cross
 from streamwhisper.model.config import RecognizerConfig
+from streamwhisper.model.decoding import DecodingResult
 from streamwhisper.model.fallback import FallbackRule
 from streamwhisper.model.interrupt import Interrupted, interruptible
 from streamwhisper.model.loading import load_model
@@ -219,6 +221,47 @@ def test_a_crowded_window_alone_is_served_as_in_a_batch(
     recognizer.recognize([window])
     assert widths[0][0] < N_FRAMES and widths[-1] == [N_FRAMES]
     _assert_same(crowded, batched, _tolerance(default_model))
+
+
+def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_20_s(
+    default_model: Whisper, clips: dict[str, Clip]
+) -> None:
+    """A crowded window that loops at its fitted context (here "Go forward 10 meters.", 2 s
+    fitted to 4 s) stops as the loop starts, not at its token budget, and is decoded again at
+    20 s, which one core encodes in 60 % of 30 s's time, and where this one does not loop."""
+    recognizer = WhisperRecognizer(default_model, RecognizerConfig(min_ctx_s=4.0))
+    recording = _Recording(recognizer)
+    replay(Streamer(), recording, load_audio(clips["en_ps_goforward"].wav), aware=False)
+    widths: list[list[int]] = []
+    firsts: list[list[DecodingResult]] = []
+    encode, batch_decode = recognizer._encode, serving.decode_greedy_batch
+
+    def encode_spy(requests: list[RecognitionRequest], frames: list[int]) -> list:  # type: ignore[type-arg]
+        widths[-1].extend(frames)
+        return encode(requests, frames)
+
+    def decode_spy(*args, **kwargs) -> list[DecodingResult]:  # type: ignore[no-untyped-def]
+        results = batch_decode(*args, **kwargs)
+        firsts[-1].extend(results)
+        return results
+
+    recognizer._encode = encode_spy  # type: ignore[method-assign]
+    looped = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(serving, "decode_greedy_batch", decode_spy)
+        for window in recording.requests:
+            widths.append([])
+            firsts.append([])
+            hypothesis = recognizer.recognize([replace(window, crowded=True)])[0]
+            if len(widths[-1]) > 1:
+                looped.append((window, widths[-1], firsts[-1][0], hypothesis))
+    assert looped, "a window of the clip loops at its fitted context"
+    at_20_s = WhisperRecognizer(default_model, RecognizerConfig(audio_ctx="fit", min_ctx_s=20.0, beam_size=0))
+    for window, encoded, first, hypothesis in looped:
+        budget = 8 + round(6.0 * window.mel.shape[-1] / 100)  # (the default max_tokens_per_s)
+        assert first.looped and len(first.tokens) < budget, "the loop stopped before the budget"
+        assert encoded == [400, 2000] and not hypothesis.looping
+        assert hypothesis.text == at_20_s.recognize([window])[0].text
 
 
 def test_a_fallback_sample_depends_on_its_window_alone(

@@ -15,7 +15,8 @@ from runtime_fakes import TimedRecognizer, request
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.runtime.metrics import Metrics
 from streamwhisper.runtime.pump import Outcome, SchedulerFull
-from streamwhisper.runtime.worker import InferenceWorker, WorkerStats
+from streamwhisper.runtime.worker import InferenceWorker
+from streamwhisper.runtime.worker_stats import WorkerStats
 
 
 def run(recognizer: TimedRecognizer, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -431,6 +432,40 @@ def test_a_request_taken_while_the_worker_is_saturated_is_marked_crowded() -> No
 
     run(recognizer, main)
     assert crowded == [True, False, False]
+
+
+def test_a_turn_s_final_that_starts_beside_another_batch_is_marked_crowded() -> None:
+    """A turn's request that starts while another batch runs gets one core of the two: it is
+    served as in a batch (fitted, greedy), not at the full context with beam search, which on one
+    core takes three times as long. Alone it is not, and neither is a partial beside a partial."""
+    crowded: dict[object, bool] = {}
+
+    class Seen(TimedRecognizer):
+        def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+            crowded.update((r.key, r.crowded) for r in requests)
+            return super().recognize(requests)
+
+    recognizer = Seen()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, threads=2)
+        client = Client(worker)
+        held = recognizer.gate(0)
+        worker.start()
+        client.submit("p1")
+        await asyncio.to_thread(held.entered.wait)
+        client.submit("p2")
+        await client.outcome("p2")
+        client.submit("e1", endpoint=True)
+        await client.outcome("e1")
+        held.release.set()
+        await client.outcome("p1")
+        client.submit("e2", endpoint=True)
+        await client.outcome("e2")
+        await worker.stop()
+
+    run(recognizer, main)
+    assert crowded == {"p1": False, "p2": False, "e1": True, "e2": False}
 
 
 async def until(condition: Callable[[], bool]) -> None:

@@ -40,9 +40,10 @@ class RecognitionRequest:
     says that it finalises an utterance and ``urgent`` that it is the endpoint or may serve as
     it (the hypothesis at a pause): what a scheduler needs, ignored by the recogniser; so is
     ``bulk``: a window of a whole-file transcription, served after every live request.
-    ``crowded`` says that the cores were saturated when the live request was taken: the
-    recogniser serves it as one of a batch of two at least (with the default settings: at a
-    fitted audio context, greedily), because a window alone at the full context costs three.
+    ``crowded`` says that the live request gets a share of the cores (they were saturated when
+    it was taken, or it is a turn's request that started beside another batch): the recogniser
+    serves it as one of a batch of two at least (with the default settings: at a fitted audio
+    context, greedily), because a window alone at the full context costs three.
     ``timestamps`` decodes with timestamp tokens (kept in the hypothesis' tokens: offline
     segmentation) and Whisper's full token budget; ``temperatures`` replaces the recogniser's
     fallback temperatures for this request.

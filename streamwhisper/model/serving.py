@@ -26,6 +26,11 @@ from .whisper import Whisper
 
 logger = logging.getLogger(__name__)
 
+# A window that loops at a fitted context is decoded again at each of these contexts in turn
+# (seconds, those longer than the one it looped at) until it does not: most stop looping at 20 s
+# (read_en windows that looped at 10 s: 10 of 11), which one core encodes in 60 % of 30 s's time.
+LOOP_RETRY_S = (20.0, 30.0)
+
 
 class WhisperRecognizer:
     """The real model behind the :class:`Recognizer` seam (runs on the inference thread)."""
@@ -64,8 +69,8 @@ class WhisperRecognizer:
         (inference) thread. Windows of the same fitted length are encoded together (each window
         at its own audio context, which depends on the batch only through the size rule of
         ``audio_ctx="auto"``); the first, greedy, pass decodes every window at once; a window
-        that loops at a fitted context is decoded again at 30 s, and the rare temperature
-        fallbacks run one window at a time.
+        that loops at a fitted context is decoded again at longer ones (``LOOP_RETRY_S``), and
+        the rare temperature fallbacks run one window at a time.
         """
         if not requests:
             return []
@@ -76,12 +81,15 @@ class WhisperRecognizer:
         windows = [window_cross(model, f) for f in features]
         beam = (cfg.beam_size or None) if size <= cfg.beam_max_batch else None
         bases = [self._decode_options(r, beam) for r in requests]
-        firsts: list[DecodingResult | None] = [None] * len(requests)
         fitted = [f.shape[1] < model.dims.n_audio_ctx for f in features]
-        # one window alone: the reference path (about 5 % faster than a batch of one)
-        # (windows decoded with timestamp tokens take the reference path)
+        firsts: list[DecodingResult | None] = [None] * len(requests)
+        # one window alone at 30 s: the reference path (about 5 % faster than a batch of one);
+        # one at a fitted context: the batched one, which stops a loop as it starts (a window
+        # looping to its budget costs twice its decoding) (windows decoded with timestamp
+        # tokens take the reference path)
         plain = [i for i, r in enumerate(requests) if not r.timestamps and r.temperatures is None]
-        if cfg.batch_decode and len(plain) > 1 and beam is None and cfg.fallback.temperatures[0] == 0:
+        in_batch = len(plain) > 1 or any(fitted[i] for i in plain)
+        if in_batch and self._stops_loops(bases[plain[0]], cfg.fallback):
             some = [windows[i] for i in plain]
             stop_loops = [fitted[i] for i in plain]
             batched = decode_greedy_batch(
@@ -96,12 +104,24 @@ class WhisperRecognizer:
             rule = cfg.fallback
             if request.temperatures is not None:
                 rule = dataclasses.replace(rule, temperatures=request.temperatures)
-            full = partial(self._encode, [request], [N_FRAMES]) if short else None
+            refit = partial(self._refit, request) if short else None
             result, cache = self._decode_with_fallback(
-                base, f, window, first, seed=partial(_seed, request), rule=rule, full=full
+                base, f, window, first, seed=partial(_seed, request), rule=rule, refit=refit
             )
             hypotheses.append(self._finish(request, cache, result, base.sample_len or self.model.dims.n_text_ctx // 2))
         return hypotheses
+
+    def _stops_loops(self, base: DecodeOptions, rule: FallbackRule) -> bool:
+        """Whether a window decoded with ``base`` at ``rule``'s first temperature can take the
+        batched greedy decoder, which stops a loop as it starts."""
+        greedy = base.beam_size is None and base.best_of is None and rule.temperatures[0] == 0
+        return self.config.batch_decode and greedy and base.without_timestamps
+
+    def _refit(self, request: RecognitionRequest, frames: int) -> torch.Tensor | None:
+        """The window's features at the next context of ``LOOP_RETRY_S`` longer than ``frames``
+        audio frames (encoder frames, two mel frames each), or None past 30 s."""
+        longer = [n for n in (round(s * FRAMES_PER_SECOND) for s in LOOP_RETRY_S) if n // 2 > frames]
+        return self._encode([request], [min(longer[0], N_FRAMES)])[0] if longer else None
 
     def _encode(self, requests: Sequence[RecognitionRequest], frames: Sequence[int]) -> list[torch.Tensor]:
         """Each window's audio features (1, S_i, n_state) at ``frames[i]`` mel frames: windows
@@ -153,16 +173,17 @@ class WhisperRecognizer:
         first: DecodingResult | None = None,
         seed: Callable[[], int] = lambda: 0,
         rule: FallbackRule | None = None,
-        full: Callable[[], list[torch.Tensor]] | None = None,
+        refit: Callable[[int], torch.Tensor | None] | None = None,
     ) -> tuple[DecodingResult, KVCache]:
         """Decode at the fallback rule's temperatures until a result needs no fallback: the
         result and the cache it was decoded with (the window's cross-attention, for word timings).
 
         ``first``: the result at the first temperature, when already decoded (batched);
         ``seed()``: the sampling generator's seed for the window's first sampled attempt;
-        ``full()``: the window's features at the full 30 s context, for a window encoded at a
-        shorter one. Whisper loops at the end of an audio context cut short far more than at the
-        30 s it was trained on: a first result that loops is decoded again from those.
+        ``refit(frames)``: for a window encoded at a shorter context than 30 s, its features at
+        a longer one than ``frames`` (:meth:`_refit`). Whisper loops at the end of an audio
+        context cut short far more than at the 30 s it was trained on: a first result that
+        loops is decoded again from those, until it does not or the context is 30 s.
         """
         rule = rule or self.config.fallback
         cache = window_cache(self.model, window)
@@ -177,11 +198,18 @@ class WhisperRecognizer:
             return decode(self.model, self._tokenizer, features, options, cache, self._generator)[0]
 
         result = first if first is not None else decode_at(rule.temperatures[0])
-        if full is not None and (result.looped or rule.is_loop(result)):
-            logger.debug("a window looped at %d audio frames: decoded again at the full context", features.shape[1])
-            features = full()[0]
-            cache = window_cache(self.model, window_cross(self.model, features))
-            result = decode_at(rule.temperatures[0])
+        while refit is not None and (result.looped or rule.is_loop(result)):
+            looped_at = features.shape[1]
+            if (longer := refit(looped_at)) is None:
+                break
+            features = longer
+            logger.debug("a window looped at %d audio frames: decoded again at %d", looped_at, features.shape[1])
+            longer_window = window_cross(self.model, features)
+            cache = window_cache(self.model, longer_window)
+            if features.shape[1] < self.model.dims.n_audio_ctx and self._stops_loops(base, rule):
+                result = decode_greedy_batch(self.model, self._tokenizer, [longer_window], [base], stop_loops=[True])[0]
+            else:
+                result = decode_at(rule.temperatures[0])
         final = rule.decode(decode_at, result)
         if final is not result:
             logger.debug("fallback from %.1f to %.1f", result.temperature, final.temperature)
