@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import pytest
-from runtime_fakes import TimedRecognizer, request
+from runtime_fakes import Gate, TimedRecognizer, request
 
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.runtime.metrics import Metrics
@@ -49,6 +49,16 @@ class Client:
 
     async def outcome(self, key: str) -> Outcome:
         return await self.outcomes[key]
+
+
+async def holding(worker: InferenceWorker, recognizer: TimedRecognizer, client: Client, key: str) -> Gate:
+    """Start the worker with its first batch, request ``key``, held at its gate (released by
+    the caller)."""
+    held = recognizer.gate(0)
+    worker.start()
+    client.submit(key)
+    await asyncio.to_thread(held.entered.wait)
+    return held
 
 
 async def busy(worker: InferenceWorker, recognizer: TimedRecognizer, client: Client) -> None:
@@ -349,10 +359,7 @@ def test_two_worker_threads_run_two_batches_at_once() -> None:
     async def main() -> None:
         worker = InferenceWorker(recognizer, max_batch=4, threads=2, on_start=starts.append)
         client = Client(worker)
-        held = recognizer.gate(0)
-        worker.start()
-        client.submit("busy")
-        await asyncio.to_thread(held.entered.wait)
+        held = await holding(worker, recognizer, client, "busy")
         client.submit("a")
         assert isinstance(await client.outcome("a"), Hypothesis), "ran beside the held batch"
         client.submit("e", endpoint=True)
@@ -450,10 +457,7 @@ def test_a_turn_s_final_that_starts_beside_another_batch_is_marked_crowded() -> 
     async def main() -> None:
         worker = InferenceWorker(recognizer, threads=2)
         client = Client(worker)
-        held = recognizer.gate(0)
-        worker.start()
-        client.submit("p1")
-        await asyncio.to_thread(held.entered.wait)
+        held = await holding(worker, recognizer, client, "p1")
         client.submit("p2")
         await client.outcome("p2")
         client.submit("e1", endpoint=True)
