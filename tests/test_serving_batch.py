@@ -303,13 +303,14 @@ def _go_forward(clips: dict[str, Clip], start_s: float, pause_s: float) -> Recog
     return RecognitionRequest(mel=log_mel(audio), prompt_text=prompt, max_prompt_tokens=64)
 
 
-def test_a_window_that_loops_at_a_fitted_context_is_decoded_again_at_the_full_context(
+def test_a_window_that_loops_at_a_fitted_context_is_decoded_again_at_a_longer_one(
     default_model: Whisper, clips: dict[str, Clip]
 ) -> None:
     """Encoded at a fitted 10 s context, as a batch encodes it, the window decodes to "Go
     forward 10 meters." said again and again (at 30 s it does not). The batch stops the row once
     the loop shows (23 tokens, where the loop would run on to its budget) and decodes the window
-    again at the full context; one window at a time (the reference path) does the same."""
+    again at a longer context (``LOOP_RETRY_S``: 20 s, where these decode as at 30 s); one
+    window at a time (the reference path) does the same."""
     recognizer = WhisperRecognizer(default_model)
     batch = [_go_forward(clips, 6.4, 0.5), _go_forward(clips, 8.0, 1.0)]
     tokened = [r.with_tokens(recognizer.encode_text) for r in batch]

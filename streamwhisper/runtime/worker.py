@@ -251,8 +251,8 @@ class InferenceWorker:
                 self._pause(me, live)
             began = self._clock()
             results: list[Outcome] | None = None
-            with self._cond:  # (a live window then costs what it does in a batch: _shared)
-                crowded = self._shared(me, live)
+            with self._cond:  # (a live window then costs what it does in a batch: _served_crowded)
+                crowded = self._served_crowded(me, live)
             requests = [replace(j.request, crowded=True) if crowded and not j.request.bulk else j.request for j in live]
             try:
                 with interruptible(functools.partial(self._checkpoint, me, live)):
@@ -321,11 +321,11 @@ class InferenceWorker:
         batch by one batch's time and cannot starve it); then the batch takes its share of the
         cores (``on_start`` with the batches then running, when that count changed)."""
         with self._cond:
-            if me not in self._paused_s and not _awaited(batch) and self._crowded(me):
+            if me not in self._paused_s and not _awaited(batch) and self._must_pause(me):
                 self.stats.paused += 1
                 began = self._clock()
                 self._paused.add(me)
-                while not self._stopping and not _awaited(batch) and self._crowded(me):
+                while not self._stopping and not _awaited(batch) and self._must_pause(me):
                     if all(job.cancelled for job in batch):
                         break
                     self._cond.wait(PAUSE_POLL_S)
@@ -337,14 +337,14 @@ class InferenceWorker:
         if self._on_start is not None and changed:
             self._on_start(running)
 
-    def _shared(self, me: int, batch: list[_Job]) -> bool:
+    def _served_crowded(self, me: int, batch: list[_Job]) -> bool:
         """Whether ``me`` serves its live windows as in a batch (``crowded``, holding the lock):
         while the worker is saturated, and for a turn's final that starts beside another batch.
         Either way the window gets one core of the two, where the full context with beam search
         costs 0.6-0.7 s on this project's 2-core AVX2 EPYC against 0.2-0.3 s fitted and greedy."""
         return self.stats.saturated() or (_awaited(batch) and self._batches_running(besides=me) > 0)
 
-    def _crowded(self, me: int) -> bool:
+    def _must_pause(self, me: int) -> bool:
         """Whether another thread runs a batch a turn's final waits for and ``threads`` batches
         run besides ``me`` (holding the lock)."""
         awaited = any(_awaited(batch) for other, batch in self._running.items() if other != me)
