@@ -215,9 +215,29 @@ def test_doubted_words_the_previous_hypothesis_said_are_kept() -> None:
         _doubted([(" thank", 7.3, 7.5), (" you.", 7.5, 7.7)], offset=7.26), 7.26, 8.16, endpoint=True
     )
     assert not [e for e in events if isinstance(e, Final) and e.text]
-    # ... and with nothing said before, doubt drops the hypothesis
-    events = CommitPolicy(PolicyConfig()).observe(_doubted([(" you.", 0.3, 0.7)]), 0.0, 1.0, endpoint=True)
+    # ... and with nothing said before, doubt drops the hypothesis when the model doubts that
+    # the window is speech at all ("Okay.:0.23" on music, no_speech_prob 0.16-0.55)
+    music = dataclasses.replace(_doubted([(" you.", 0.3, 0.7)]), no_speech_prob=0.3)
+    events = CommitPolicy(PolicyConfig()).observe(music, 0.0, 1.0, endpoint=True)
     assert not [e for e in events if isinstance(e, Final) and e.text]
+
+
+def test_a_short_turn_the_model_doubts_but_calls_speech_is_final_at_its_endpoint() -> None:
+    # "Ten:0.45 of:0.99 clothes.:0.27" for "ten of clubs", a 1 s turn after a long pause: the
+    # only hypotheses of the utterance, dropped as doubted, left the turn without a final
+    turn = _doubted([(" Ten", 20.3, 20.5), (" of", 20.5, 20.6), (" clubs.", 20.6, 20.9)], offset=20.0)
+    assert turn.no_speech_prob < PolicyConfig().endpoint_doubt_max_no_speech
+    policy = CommitPolicy(PolicyConfig())
+    assert not [e for e in policy.observe(turn, 20.0, 21.4) if isinstance(e, Final)]  # not yet the endpoint
+    finals = [e for e in policy.observe(turn, 20.0, 21.7, endpoint=True) if isinstance(e, Final)]
+    assert [(f.text, f.endpoint) for f in finals] == [("Ten of clubs.", True)]
+    # ... not with the rule off, nor for words decoded after a prefix (no_speech_prob then
+    # speaks for the committed words)
+    off = CommitPolicy(PolicyConfig(endpoint_doubt_max_no_speech=0.0))
+    assert not [e for e in off.observe(turn, 20.0, 21.7, endpoint=True) if isinstance(e, Final) and e.text]
+    kept, reason = screen(turn, PolicyConfig(), prefix=" He said", endpoint=True)
+    assert (kept, reason) == ((), "low_word_probability")
+    assert screen(turn, PolicyConfig(), endpoint=True)[1] == ""
 
 
 def test_a_short_hypothesis_with_one_doubted_word_is_dropped() -> None:

@@ -858,21 +858,28 @@ def test_a_request_made_inside_a_pause_before_its_own_makes_the_pause_final(lag:
 
 class DoubtsShortWindows(ToneRecognizer):
     """Hears the tones, but doubts (probability 0.3) every word of a window holding at most two:
-    a few words cut from their sentence, as at a session that starts mid-utterance ("Ask not!")."""
+    a few words cut from their sentence, as at a session that starts mid-utterance ("Ask not!"),
+    and gives such a window ``no_speech`` as its no-speech probability."""
+
+    def __init__(self, no_speech: float = 0.2) -> None:
+        super().__init__()
+        self.no_speech = no_speech
 
     def _hear(self, request: RecognitionRequest) -> Hypothesis:
         heard = super()._hear(request)
         if len(heard.words) + len(request.prefix) > 2:
             return heard
-        return replace(heard, words=tuple(replace(w, probability=0.3) for w in heard.words))
+        doubted = tuple(replace(w, probability=0.3) for w in heard.words)
+        return replace(heard, words=doubted, no_speech_prob=self.no_speech)
 
 
 @pytest.mark.parametrize("gap", [1.2, 4.5])
 def test_words_doubted_alone_are_heard_again_with_the_next_utterance(gap: float) -> None:
-    """An utterance of two words, alone in its windows, is doubted and dropped at its endpoint;
-    an utterance starting within carry_gap_s after it opens its window back over them, and they
-    are heard there, in context. After a longer pause they stay dropped (nothing there to tell
-    them from a hallucination on noise), and the ring keeps only the pre-roll in between."""
+    """An utterance of two words, alone in its windows, that the model doubts and does not call
+    speech for sure (no_speech_prob 0.2) is dropped at its endpoint; an utterance starting within
+    carry_gap_s after it opens its window back over them, and they are heard there, in context.
+    After a longer pause they stay dropped (nothing there to tell them from a hallucination on
+    noise), and the ring keeps only the pre-roll in between."""
     short = [(1, 0.5, 0.8), (2, 0.9, 1.2)]
     after = [(10 + i, 1.2 + gap + 0.45 * i, 1.5 + gap + 0.45 * i) for i in range(6)]
     audio, spoken = tone_words(9.0, [*short, *after])
@@ -887,3 +894,15 @@ def test_words_doubted_alone_are_heard_again_with_the_next_utterance(gap: float)
     else:
         check_stream(events, spoken[len(short) :])
         assert min(r.start for r in recognizer.requests if r.end > after[0][2]) > short[-1][2]
+
+
+def test_a_short_turn_doubted_alone_but_called_speech_is_final_at_its_endpoint() -> None:
+    """The same two words after a long pause, the model sure the window is speech (no_speech_prob
+    0.01): no later window hears them, so its endpoint hypothesis is their final."""
+    short = [(1, 0.5, 0.8), (2, 0.9, 1.2)]
+    after = [(10 + i, 5.7 + 0.45 * i, 6.0 + 0.45 * i) for i in range(6)]
+    audio, spoken = tone_words(9.0, [*short, *after])
+    events = feed_all(Streamer(vad=EnergyVad()), DoubtsShortWindows(no_speech=0.01), audio, [480])
+    check_stream(events, spoken)  # none lost
+    first = next(e for e in events if isinstance(e, Final) and e.words)
+    assert first.endpoint and [label_of(w.word) for w in first.words] == [1, 2]

@@ -80,8 +80,7 @@ class CommitPolicy:
         self._finals_in_utterance, self._unended = 0, False  # the utterance's finals; one since its last endpoint
         self._seq, self._shown = 0, ""  # the next event's seq; the text of the partial the client shows
         self._utterance_start: float | None = None  # window start of the utterance's first hypothesis
-        self._prompt = ""
-        self._closed_prompt = ""  # the prompt as a finished sentence
+        self._prompt, self._closed_prompt = "", ""  # the prompt; the same as a finished sentence
         self._unheard = False  # a reopened window of this utterance heard nothing new
         self._doubted: tuple[float, float] | None = None  # an utterance's words dropped as doubted
         self._restart: float | None = None  # where the utterance's windows gave way
@@ -128,7 +127,7 @@ class CommitPolicy:
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
         this hypothesis becomes final and the commit point moves to ``window_end``.
         """
-        placed, reason = self._screened(hypothesis, window_start, window_end, prefix)
+        placed, reason = self._screened(hypothesis, window_start, window_end, prefix, endpoint=endpoint)
         self.heard = bool(placed)
         logger.debug(
             "hypothesis at %.2f-%.2f s%s%s: %r%s", window_start, window_end, " (prefixed)" if prefix else "",
@@ -333,11 +332,12 @@ class CommitPolicy:
         )
 
     def _screened(
-        self, hypothesis: Hypothesis, window_start: float, window_end: float, prefix: str
+        self, hypothesis: Hypothesis, window_start: float, window_end: float, prefix: str, endpoint: bool = False
     ) -> tuple[list[Word], str]:
         """(the placed words of the screened hypothesis, why words were dropped: '' if none were)."""
         vouched = lambda ws: self._vouched(ws, window_start, window_end, bool(prefix))  # noqa: E731
-        words, reason = screen(hypothesis, self._config, vouched, prefix)
+        alone = endpoint and not (self._pending or self._finals_in_utterance)  # (its only words)
+        words, reason = screen(hypothesis, self._config, vouched, prefix, alone)
         placed = self._place(words, window_start, window_end, bool(prefix))
         if not prefix and self._restart is not None and math.isclose(window_start, self._restart, abs_tol=1e-6):
             placed, copied = drop_prompt_copy(placed, self._tail, self._config)

@@ -34,6 +34,10 @@ class PolicyConfig:
     # itself calls non-speech, or whose words it barely believes, is dropped whatever its text.
     no_speech_hard_threshold: float = 0.6
     min_mean_word_probability: float = 0.5
+    # ... except in an utterance's endpoint hypothesis without a prefix whose no_speech_prob is
+    # below this (0: never): no later window hears its audio, and the model says it is speech
+    # ("Ten:0.45 of:0.99 clothes.:0.27", a 1 s turn after a pause; nonspeech's: 0.097 and up).
+    endpoint_doubt_max_no_speech: float = 0.05
     # Whisper's stock hallucinations (video outros from its training data, written on birdsong,
     # music and noise): a hypothesis that is nothing but one of these phrases (compared
     # case-folded, without punctuation) is dropped. Said inside longer speech, they are kept.
@@ -118,6 +122,7 @@ class PolicyConfig:
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.no_speech_hard_threshold <= 1.0, "policy.no_speech_hard_threshold in [0, 1]")
+        _check(0.0 <= self.endpoint_doubt_max_no_speech <= 1.0, "policy.endpoint_doubt_max_no_speech in [0, 1]")
         _check(self.loop_max_ngram >= 1, "policy.loop_max_ngram must be >= 1")
         _check(self.loop_min_repeats >= 2, "policy.loop_min_repeats must be >= 2")
         _check(self.loop_long_ngram == 0 or self.loop_long_ngram >= 2, "policy.loop_long_ngram must be 0 or >= 2")

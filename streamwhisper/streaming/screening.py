@@ -146,6 +146,7 @@ def screen(
     config: PolicyConfig,
     vouched: Callable[[Sequence[HypothesisWord]], bool] | None = None,
     prefix: str = "",
+    endpoint: bool = False,
 ) -> tuple[tuple[HypothesisWord, ...], str]:
     """The usable words of a hypothesis and why the rest was dropped ('' when nothing was).
 
@@ -161,7 +162,10 @@ def screen(
     was decoded after: a phrase said twice is a loop also when its first occurrence began among
     them (the decoder ran past the audio saying the committed words and its own continuation
     again: "We got a recommendation for you on your" then "uh, join the VA. We got a
-    recommendation for you on your, uh, join the VA.").
+    recommendation for you on your, uh, join the VA."). ``endpoint``: the endpoint hypothesis of
+    an utterance that has no other words (a short turn), whose doubted words no later window
+    hears: kept when the model says the window is speech (``no_speech_prob`` below
+    ``endpoint_doubt_max_no_speech``) and it holds no committed words (``prefix``).
     """
     if hypothesis.silent:
         return (), "no_speech"
@@ -178,6 +182,8 @@ def screen(
     # A loop reinforces itself (its repeats reach probability 0.8-0.9): judge what precedes it.
     judged = glued if cut is None else words[:cut]
     doubted = bool(judged) and mean_word_probability(judged) < config.min_mean_word_probability
+    heard = endpoint and not prefix and hypothesis.no_speech_prob < config.endpoint_doubt_max_no_speech
+    doubted = doubted and not heard
     if doubted and (vouched is None or not vouched(judged)):
         return (), "low_word_probability"
     if words and is_non_lexical(words):
