@@ -299,6 +299,8 @@ def test_dataclasses_validate_on_construction() -> None:
     with pytest.raises(ConfigError):
         RecognizerConfig(min_ctx_s=40.0)
     with pytest.raises(ConfigError):
+        RecognizerConfig(alone_min_ctx_s=31.0)
+    with pytest.raises(ConfigError):
         FallbackRule(no_speech_threshold=2.0)
     assert StreamingConfig(language="en").language == "en"
 

@@ -204,8 +204,8 @@ def test_a_crowded_window_alone_is_served_as_in_a_batch(
     default_model: Whisper, streamed: list[RecognitionRequest]
 ) -> None:
     """A window the worker took while saturated (``crowded``) is encoded at its fitted context
-    and decoded greedily, as in a batch, where alone it gets 30 s and beam search (three times
-    the cost, which a saturated daemon pays in every stream's latency)."""
+    and decoded greedily, as in a batch, where alone it gets 20 s and beam search (twice the
+    cost, which a saturated daemon pays in every stream's latency)."""
     recognizer = WhisperRecognizer(default_model)  # the defaults: "auto" context, beam for one
     widths: list[list[int]] = []
     encode = recognizer._encode
@@ -219,8 +219,41 @@ def test_a_crowded_window_alone_is_served_as_in_a_batch(
     crowded = recognizer.recognize([replace(window, crowded=True)])
     batched = recognizer.recognize([window, other])[:1]
     recognizer.recognize([window])
-    assert widths[0][0] < N_FRAMES and widths[-1] == [N_FRAMES]
+    assert widths[0][0] < 2000 and widths[-1] == [2000]  # (mel frames: 10 s, 20 s)
     _assert_same(crowded, batched, _tolerance(default_model))
+
+
+def test_a_window_alone_is_encoded_at_20_s_and_a_files_window_at_30_s(
+    default_model: Whisper, streamed: list[RecognitionRequest], clips: dict[str, Clip]
+) -> None:
+    """Served alone, a streamed window of 2-10 s is fitted to ``alone_min_ctx_s`` (20 s costs
+    about 30 % less than 30 s and decodes as well); a longer window is fitted to its length; a
+    window with timestamp tokens (a file's, segmented as the reference does) gets 30 s, and
+    ``alone_min_ctx_s = 30`` is the full context for every window."""
+    window = _windows_2_to_10_s(streamed)[0]
+    jfk = load_audio(clips["en_jfk"].wav)
+    longer = RecognitionRequest(mel=log_mel(np.concatenate([jfk, jfk])))  # 22 s
+    widths: list[int] = []
+
+    def served(config: RecognizerConfig, request: RecognitionRequest) -> int:
+        recognizer = WhisperRecognizer(default_model, config)
+        encode = recognizer._encode
+
+        def spy(requests: list[RecognitionRequest], frames: list[int]) -> list:  # type: ignore[type-arg]
+            widths.extend(frames)
+            return encode(requests, frames)
+
+        recognizer._encode = spy  # type: ignore[method-assign]
+        widths.clear()
+        hypothesis = recognizer.recognize([request])[0]
+        assert hypothesis.text.strip(), "the window was heard"
+        return widths[0]
+
+    step = 200  # ctx_step_s, in mel frames
+    assert served(RecognizerConfig(), window) == 2000
+    assert served(RecognizerConfig(), longer) == -(-longer.mel.shape[-1] // step) * step == 2200
+    assert served(RecognizerConfig(), replace(window, timestamps=True)) == N_FRAMES
+    assert served(RecognizerConfig(alone_min_ctx_s=30.0), window) == N_FRAMES
 
 
 def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_20_s(

@@ -39,10 +39,11 @@ class RecognizerConfig:
     (tiny.en streamed over read_en: WER 7.1 %, as offline, against 13.4 % with "fit"). "fit"
     encodes only the filled part of a window (rounded up to ``ctx_step_s`` and at least
     ``min_ctx_s``), as whisper.cpp's audio_ctx does: a 5 s window costs a fifth of a 30 s one.
-    "auto" (the default): "full" for batches of at most ``full_ctx_max_batch`` windows (one
-    stream, an idle daemon; a request marked ``crowded`` counts as a batch of two at least),
-    "fit" for larger ones (longform WER: 6.7 % offline; streamed 7.0 %
-    full, 7.7 % fit at 10 s, 9.5 % at 6 s).
+    "auto" (the default): batches of at most ``full_ctx_max_batch`` windows (one stream, an idle
+    daemon; a request marked ``crowded`` counts as a batch of two at least) are fitted to at
+    least ``alone_min_ctx_s`` (30: "full"), larger ones to ``min_ctx_s`` (longform WER: 6.7 %
+    offline; streamed 7.0 % full, 7.7 % fit at 10 s, 9.5 % at 6 s). A window with timestamp
+    tokens (a file's) is always encoded at 30 s, as the reference does.
     """
 
     # Beam search for batches of at most beam_max_batch windows (one stream, an idle daemon):
@@ -58,6 +59,11 @@ class RecognizerConfig:
     encode_batch: int = 2
     ctx_step_s: float = 2.0
     min_ctx_s: float = 10.0
+    # A window served alone ("auto", a batch of at most full_ctx_max_batch) is fitted to at least
+    # this: at 20 s a request costs about 30 % less than at 30 s, and the streamed words of
+    # read_en, longform and the conversations are those of 30 s within noise (docs/tuning-log.md,
+    # twenty-second session). 30: the full context.
+    alone_min_ctx_s: float = 20.0
     max_new_tokens: int = 128
     # Speech runs at 2-4 tokens per second; a window decoding far more is looping. Capping the
     # tokens at this rate (plus a few) bounds the cost of a loop before the guards drop it.
@@ -78,6 +84,7 @@ class RecognizerConfig:
         _check(self.encode_batch >= 1, "recognizer.encode_batch must be >= 1")
         _check(self.ctx_step_s > 0, "recognizer.ctx_step_s must be > 0")
         _check(0 <= self.min_ctx_s <= 30, "recognizer.min_ctx_s must be in [0, 30]")
+        _check(0 <= self.alone_min_ctx_s <= 30, "recognizer.alone_min_ctx_s must be in [0, 30]")
         _check(1 <= self.max_new_tokens <= 224, "recognizer.max_new_tokens must be in [1, 224]")
         _check(self.max_tokens_per_s > 0, "recognizer.max_tokens_per_s must be > 0")
         _check(self.pad in ("silence", "zero"), "recognizer.pad must be silence or zero")

@@ -43,7 +43,8 @@ class RecognitionRequest:
     ``crowded`` says that the live request gets a share of the cores (they were saturated when
     it was taken, or it is a turn's request that started beside another batch): the recogniser
     serves it as one of a batch of two at least (with the default settings: at a fitted audio
-    context, greedily), because a window alone at the full context costs three.
+    context of 10 s or more, greedily), because a window alone (20 s or more, beam search)
+    costs two or three.
     ``timestamps`` decodes with timestamp tokens (kept in the hypothesis' tokens: offline
     segmentation) and Whisper's full token budget; ``temperatures`` replaces the recogniser's
     fallback temperatures for this request.

@@ -53,13 +53,14 @@ class WhisperRecognizer:
         """The token ids of ``text``, as a request's ``prompt_text`` and ``prefix_text`` are encoded."""
         return self._tokenizer.encode(text)
 
-    def _frames(self, n: int, batch_size: int) -> int:
+    def _frames(self, n: int, batch_size: int, timestamps: bool = False) -> int:
         cfg = self.config
-        if cfg.audio_ctx == "full" or (cfg.audio_ctx == "auto" and batch_size <= cfg.full_ctx_max_batch):
+        if cfg.audio_ctx == "full" or timestamps:
             return N_FRAMES
-        step = round(self.config.ctx_step_s * FRAMES_PER_SECOND)
-        target = max(-(-n // step) * step, round(self.config.min_ctx_s * FRAMES_PER_SECOND))
-        return min(N_FRAMES, target)
+        alone = cfg.audio_ctx == "auto" and batch_size <= cfg.full_ctx_max_batch
+        step = round(cfg.ctx_step_s * FRAMES_PER_SECOND)
+        least = cfg.alone_min_ctx_s if alone else cfg.min_ctx_s
+        return min(N_FRAMES, max(-(-n // step) * step, round(least * FRAMES_PER_SECOND)))
 
     @torch.inference_mode()
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
@@ -77,16 +78,16 @@ class WhisperRecognizer:
         requests = [r.with_tokens(self.encode_text) for r in requests]
         model, cfg = self.model, self.config
         size = max(len(requests), 2) if any(r.crowded for r in requests) else len(requests)  # (the size rules)
-        features = self._encode(requests, [self._frames(r.mel.shape[-1], size) for r in requests])
+        features = self._encode(requests, [self._frames(r.mel.shape[-1], size, r.timestamps) for r in requests])
         windows = [window_cross(model, f) for f in features]
         beam = (cfg.beam_size or None) if size <= cfg.beam_max_batch else None
         bases = [self._decode_options(r, beam) for r in requests]
         fitted = [f.shape[1] < model.dims.n_audio_ctx for f in features]
         firsts: list[DecodingResult | None] = [None] * len(requests)
-        # one window alone at 30 s: the reference path (about 5 % faster than a batch of one);
-        # one at a fitted context: the batched one, which stops a loop as it starts (a window
-        # looping to its budget costs twice its decoding) (windows decoded with timestamp
-        # tokens take the reference path)
+        # one window alone at 30 s, or with beam search: the reference path (about 5 % faster
+        # than a batch of one); one greedy at a fitted context: the batched one, which stops a
+        # loop as it starts (a window looping to its budget costs twice its decoding) (windows
+        # decoded with timestamp tokens take the reference path)
         plain = [i for i, r in enumerate(requests) if not r.timestamps and r.temperatures is None]
         in_batch = len(plain) > 1 or any(fitted[i] for i in plain)
         if in_batch and self._stops_loops(bases[plain[0]], cfg.fallback):
