@@ -224,19 +224,21 @@ def test_a_crowded_window_alone_is_served_as_in_a_batch(
 
 
 def test_a_window_alone_is_encoded_at_20_s_and_a_files_window_at_30_s(
-    default_model: Whisper, streamed: list[RecognitionRequest], clips: dict[str, Clip]
+    default_model: Whisper, base_model: Whisper, streamed: list[RecognitionRequest], clips: dict[str, Clip]
 ) -> None:
     """Served alone, a streamed window of 2-10 s is fitted to ``alone_min_ctx_s`` (20 s costs
     about 30 % less than 30 s and decodes as well); a longer window is fitted to its length; a
-    window with timestamp tokens (a file's, segmented as the reference does) gets 30 s, and
-    ``alone_min_ctx_s = 30`` is the full context for every window."""
+    window with timestamp tokens (a file's, segmented as the reference does) gets 30 s, so does
+    one whose language a multilingual model detects (at 20 s base took an English-German
+    clip's English for German), and ``alone_min_ctx_s = 30`` is the full context for every
+    window."""
     window = _windows_2_to_10_s(streamed)[0]
     jfk = load_audio(clips["en_jfk"].wav)
     longer = RecognitionRequest(mel=log_mel(np.concatenate([jfk, jfk])))  # 22 s
     widths: list[int] = []
 
-    def served(config: RecognizerConfig, request: RecognitionRequest) -> int:
-        recognizer = WhisperRecognizer(default_model, config)
+    def served(config: RecognizerConfig, request: RecognitionRequest, model: Whisper = default_model) -> int:
+        recognizer = WhisperRecognizer(model, config)
         encode = recognizer._encode
 
         def spy(requests: list[RecognitionRequest], frames: list[int]) -> list:  # type: ignore[type-arg]
@@ -254,6 +256,8 @@ def test_a_window_alone_is_encoded_at_20_s_and_a_files_window_at_30_s(
     assert served(RecognizerConfig(), longer) == -(-longer.mel.shape[-1] // step) * step == 2200
     assert served(RecognizerConfig(), replace(window, timestamps=True)) == N_FRAMES
     assert served(RecognizerConfig(alone_min_ctx_s=30.0), window) == N_FRAMES
+    assert served(RecognizerConfig(), window, base_model) == N_FRAMES  # language None: detected
+    assert served(RecognizerConfig(), replace(window, language="en"), base_model) == 2000
 
 
 def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_20_s(

@@ -43,7 +43,8 @@ class RecognizerConfig:
     daemon; a request marked ``crowded`` counts as a batch of two at least) are fitted to at
     least ``alone_min_ctx_s`` (30: "full"), larger ones to ``min_ctx_s`` (longform WER: 6.7 %
     offline; streamed 7.0 % full, 7.7 % fit at 10 s, 9.5 % at 6 s). A window with timestamp
-    tokens (a file's) is always encoded at 30 s, as the reference does.
+    tokens (a file's), or alone with its language to detect (a multilingual model), is encoded
+    at 30 s, as the reference does.
     """
 
     # Beam search for batches of at most beam_max_batch windows (one stream, an idle daemon):
