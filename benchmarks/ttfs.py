@@ -11,7 +11,8 @@ turn's length over N after the one before it: ``--stagger``) and, per turn, meas
   VAD stops, ``--client-stop`` seconds (default 0.2, as in Pipecat's stt-benchmark) after the
   turn's last voiced frame (webrtcvad), the audio up to there sent first; ``--client-stop end``
   sends it right after the clip's last sample instead (read_en clips end 0.09 s after their last
-  voiced frame at the median);
+  voiced frame at the median). A live client goes on sending the clip's rest, then silence, at
+  real time while it waits (at most 15 s: a turn without its final is ``missing``);
 - ``endpoint``: the client keeps sending silence; from the end of the turn's speech (its last
   voiced frame, when that audio was sent) to the final the server's own endpointing makes (a
   final later than 2.5 s is waited for, up to 15 s more, and timed; ``missing`` counts turns
@@ -117,9 +118,14 @@ async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> lis
         for head, tail, speech_end in clips:
             turn, began = Turn(), clock[0]
             await _paced(ws.send, float32_to_pcm_s16le(head), clock, turn)
-            if mode == "finalize":
-                out.append(await _finalized(ws, live, arrivals))
+            if mode == "finalize":  # the audio goes on at real time while the client waits
+                asked = time.monotonic()
+                await ws.send(live.finalize)
+                final = asyncio.create_task(_finalized(live, arrivals, asked))
                 await _paced(ws.send, float32_to_pcm_s16le(tail), clock, Turn())
+                while not final.done():
+                    await _paced(ws.send, bytes(3200), clock, Turn())
+                out.append(final.result())
             else:  # the client goes on sending silence; the server's own endpointing ends the turn
                 await _paced(ws.send, float32_to_pcm_s16le(tail), clock, turn)
                 await _paced(ws.send, bytes(int(ENDPOINT_WAIT_S * 32000)), clock, Turn())
@@ -137,12 +143,11 @@ async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> lis
     return out
 
 
-async def _finalized(ws: Any, live: Live, arrivals: asyncio.Queue[tuple[float, dict]]) -> float:
-    """Send the finalize; seconds until the final that answers it."""
-    asked = time.monotonic()
-    await ws.send(live.finalize)
+async def _finalized(live: Live, arrivals: asyncio.Queue[tuple[float, dict]], asked: float) -> float:
+    """Seconds from ``asked`` (when the finalize was sent) to the final that answers it (NaN
+    after ``LATE_WAIT_S``)."""
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(LATE_WAIT_S):
             while True:
                 at, message = await arrivals.get()
                 if at >= asked and live.finalized(message):
@@ -243,8 +248,8 @@ async def realtime_turns(base: str, clips: list[Clip], mode: str) -> list[float]
                             got = time.monotonic() - asked
                             break
             out.append(got)
-            clock[1] += GAP_S  # the pause between turns: a client with its own VAD sends nothing
-            await asyncio.sleep(GAP_S)
+            await asyncio.sleep(GAP_S)  # the pause between turns: a client with its own VAD sends nothing
+            clock[1] = time.monotonic() - clock[0]  # (and during the wait): the next turn at real time
     return out
 
 
@@ -274,8 +279,8 @@ async def wyoming_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
                     got = time.monotonic() - asked
                     break
             out.append(got)
-            clock[1] += GAP_S  # the pause between turns, as silence on a live stream
-            await asyncio.sleep(GAP_S)
+            await asyncio.sleep(GAP_S)  # the pause between turns, as silence on a live stream
+            clock[1] = time.monotonic() - clock[0]  # (and during the wait): the next turn at real time
     return out
 
 
