@@ -68,9 +68,8 @@ class CommitPolicy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self._config = cfg = config or PolicyConfig()
         self._committed_end = 0.0
-        # The committed tail feeds the prompt, the forced prefix (committed words still in the
-        # window), the copy guard and boundary de-duplication. Each word is at least one token,
-        # so max_prompt_tokens words always cover the prompt.
+        # The committed tail feeds the prompt, the forced prefix (committed words in the window), the
+        # copy guard and boundary de-duplication; a word is a token or more: max_prompt_tokens cover the prompt.
         self._tail: deque[Word] = deque(
             maxlen=max(TAIL_WORDS, cfg.max_prompt_tokens, cfg.copy_lookback_words, cfg.dedupe_max_ngram)
         )
@@ -86,6 +85,7 @@ class CommitPolicy:
         self._restart: float | None = None  # where the utterance's windows gave way
         self._marks: dict[Word, float] = {}  # the latest placed words' closing marks' probabilities
         self.heard = False  # the latest hypothesis had words of its own (pending ones may be older)
+        self.answer_owed = False  # a client's finalize ended the utterance: its close always has a final
 
     @property
     def committed_end(self) -> float:
@@ -195,8 +195,8 @@ class CommitPolicy:
     ) -> list[Event]:
         """End the utterance at ``end``: the pending words become an endpoint ``Final``.
 
-        The final is emitted when it has words or when the utterance already produced finals
-        (then it may be empty and only marks the endpoint); a partial left on screen is cleared.
+        The final is emitted when it has words, the utterance had finals, or a client's finalize ended
+        it (``answer_owed``): it may be empty, only marking the endpoint; a partial on screen is cleared.
         ``speech_goes_on`` (a forced endpoint inside speech): the commit point stays after the
         last committed word, so a word cut by ``end`` is heard again by the next utterance,
         whose first words repeating the committed ones are dropped.
@@ -205,11 +205,11 @@ class CommitPolicy:
         """
         events: list[Event] = []
         self._doubted = None if speech_goes_on else doubted
-        if self._pending or self._finals_in_utterance:
+        if self._pending or self._finals_in_utterance or self.answer_owed:
             events.append(self._commit(self._pending, endpoint=True))
         elif self._shown:
             events.append(self._partial(()))
-        self._pending, self._seen, self._shown, self._finals_in_utterance = [], [], "", 0
+        self._pending, self._seen, self._shown, self._finals_in_utterance, self.answer_owed = [], [], "", 0, False
         self._utterance_start, self._unheard, self._restart = None, False, None
         if speech_goes_on:
             self._soft_boundary = bool(self._tail)

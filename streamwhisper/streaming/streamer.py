@@ -168,11 +168,11 @@ class Streamer:
         return events
 
     def finalize(self) -> list[Event]:
-        """Force an endpoint now (a client's "finalize"): the utterance so far becomes final;
-        speech that goes on after this point is recognised as a new utterance."""
+        """Force an endpoint now (a client's "finalize"): the utterance so far becomes final, its
+        endpoint final answering (empty if no word was heard); speech going on is a new utterance."""
         if self._flushed or not self._active or self._endpoint_at is not None:
             return []
-        self._endpoint_at = max(self._audio.end, self._audio.start)
+        self._endpoint_at, self._policy.answer_owed = max(self._audio.end, self._audio.start), True
         quiet = self._detector.quiet_samples
         if self._detector.speaking and self._pause_samples and quiet >= self._pause_samples:
             # in a pause: the speech ended where it began (the pause's hypothesis may have heard

@@ -16,7 +16,8 @@ Mapping onto the native event stream (``streamwhisper.events``):
   result to the end of its last word, so consecutive final results tile the stream.
 - ``Finalize`` forces an endpoint; the final result that closes the utterance it cut is marked
   ``from_finalize: true`` (with ``speech_final: false`` unless the VAD had already ended the
-  speech). Nothing is marked when there was nothing to finalise, as Deepgram documents.
+  speech; an empty transcript when no word was heard). Nothing is marked when there was nothing
+  to finalise, as Deepgram documents.
 - ``endpointing`` (ms, else ``utterance_end_ms``, clamped to [100, 5000] ms) becomes the
   session's ``endpointing_ms``: the VAD's endpoint when it is longer than the server's, else
   finals at pauses inside utterances the server's endpoint cuts (the session's
