@@ -297,28 +297,33 @@ def test_finalize_forces_an_endpoint_and_speech_goes_on() -> None:
 
 def test_a_finalize_is_answered_by_an_endpoint_final_even_when_no_word_was_heard() -> None:
     """A voice agent waits for the final that answers its finalize: an utterance whose every
-    hypothesis was empty (its words screened out) still gets its endpoint final, empty. Ended by
-    the VAD instead, it ends without one (noise says nothing to a captioning client)."""
+    hypothesis was empty (its words screened out) still gets its endpoint final, empty, whether
+    the finalize ended it (in the pause after it) or came while the request of the VAD's endpoint
+    was out (an agent's VAD slower than ours). Ended by the VAD alone, it ends without one (noise
+    says nothing to a captioning client)."""
     audio = np.zeros(4 * SR, dtype=np.float32)
     audio[int(0.5 * SR) : int(2.0 * SR)] = 0.3
     empty = Hypothesis("", (), (), -0.2, 0.01, 1.0, "en")
 
-    def finals(finalize: bool) -> list[Final]:
+    def finals(finalize: str) -> list[Final]:
         streamer = Streamer(EARLY_FIRST, vad=EnergyVad())
         events: list[Event] = []
         for chunk in np.split(audio, 40):  # 100 ms at a time, each request answered at once
             events += streamer.feed(chunk)
-            if finalize and streamer.time == 2.2:
+            if finalize == "in the pause" and streamer.time == 2.2:
                 events += streamer.finalize()
-            while streamer.pending_request() is not None:
+            while (request := streamer.pending_request()) is not None:
+                if finalize == "at the endpoint request" and request.endpoint:
+                    events += streamer.finalize()
                 events += streamer.complete(empty)
         assert streamer.utterances[0] == streamer.utterances[1] >= 1  # every utterance closed
         return [e for e in events if isinstance(e, Final)]
 
-    answer = finals(True)
-    assert [(f.text, f.words, f.endpoint) for f in answer] == [("", (), True)]
-    assert answer[0].end <= 2.2
-    assert finals(False) == []
+    for finalize in ("in the pause", "at the endpoint request"):
+        answer = finals(finalize)
+        assert [(f.text, f.words, f.endpoint) for f in answer] == [("", (), True)], finalize
+        assert answer[0].end <= 2.6
+    assert finals("never") == []
 
 
 def test_request_protocol() -> None:

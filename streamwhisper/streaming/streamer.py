@@ -81,8 +81,7 @@ class Streamer:
 
     @step_s.setter
     def step_s(self, value: float) -> None:
-        # A request is due within a step after the window passed force_commit_s, so a step of
-        # at most max_window_s - force_commit_s keeps every window inside the ring.
+        # at most max_window_s - force_commit_s: a window, due within a step past force_commit_s, stays in the ring
         low, high = self._config.min_step_s, self._config.max_window_s - self._config.force_commit_s
         if not low <= value <= high:
             raise ValueError(f"step must be in [{low}, {high}] s, got {value}")
@@ -168,9 +167,10 @@ class Streamer:
         return events
 
     def finalize(self) -> list[Event]:
-        """Force an endpoint now (a client's "finalize"): the utterance so far becomes final, its
-        endpoint final answering (empty if no word was heard); speech going on is a new utterance."""
+        """Force an endpoint (a client's "finalize"): the utterance so far, or one the VAD ended and not closed, ends
+        with an endpoint final answering it (empty if no word was heard); speech going on is a new utterance."""
         if self._flushed or not self._active or self._endpoint_at is not None:
+            self._policy.answer_owed |= not (self._flushed or self._next_start) and (self._active or self.awaited)
             return []
         self._endpoint_at, self._policy.answer_owed = max(self._audio.end, self._audio.start), True
         quiet = self._detector.quiet_samples
