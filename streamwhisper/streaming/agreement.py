@@ -68,8 +68,8 @@ class CommitPolicy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self._config = cfg = config or PolicyConfig()
         self._committed_end = 0.0
-        # The committed tail feeds the prompt, the forced prefix (committed words in the window), the
-        # copy guard and boundary de-duplication; a word is a token or more: max_prompt_tokens cover the prompt.
+        # The committed tail feeds the prompt, the forced prefix (committed words in the window), the copy
+        # guard and boundary de-duplication; each word is a token or more, so max_prompt_tokens words cover the prompt.
         self._tail: deque[Word] = deque(
             maxlen=max(TAIL_WORDS, cfg.max_prompt_tokens, cfg.copy_lookback_words, cfg.dedupe_max_ngram)
         )

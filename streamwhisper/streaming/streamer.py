@@ -81,7 +81,7 @@ class Streamer:
 
     @step_s.setter
     def step_s(self, value: float) -> None:
-        # at most max_window_s - force_commit_s: a window, due within a step past force_commit_s, stays in the ring
+        # a step <= max_window_s - force_commit_s keeps every window in the ring (one is due a step past force_commit_s)
         low, high = self._config.min_step_s, self._config.max_window_s - self._config.force_commit_s
         if not low <= value <= high:
             raise ValueError(f"step must be in [{low}, {high}] s, got {value}")
@@ -104,9 +104,8 @@ class Streamer:
 
     @property
     def superseded(self) -> bool:
-        """Whether the outstanding request only delays the endpoint request due after it, or the
-        request of a pause (which may become the endpoint's): a window that ends before the
-        speech that request would cover. The driver may drop it (:meth:`abandon`)."""
+        """Whether the outstanding request only delays the endpoint request due after it, or a pause's (which may
+        become the endpoint's): a window ending before the speech that one would cover; the driver may drop it."""
         f, end, hold = self._inflight, self._speech_end, self._pause_samples
         if f is None or f.endpoint:
             return False
@@ -170,7 +169,8 @@ class Streamer:
         """Force an endpoint (a client's "finalize"): the utterance so far, or one the VAD ended and not closed, ends
         with an endpoint final answering it (empty if no word was heard); speech going on is a new utterance."""
         if self._flushed or not self._active or self._endpoint_at is not None:
-            self._policy.answer_owed |= not (self._flushed or self._next_start) and (self._active or self.awaited)
+            ended = not self._flushed and self._next_start is None  # (a queued utterance is finalised as it begins)
+            self._policy.answer_owed |= ended and (self._active or self.awaited)
             return []
         self._endpoint_at, self._policy.answer_owed = max(self._audio.end, self._audio.start), True
         quiet = self._detector.quiet_samples
