@@ -200,6 +200,19 @@ def test_a_request_decodes_the_same_whatever_its_batch(
     _assert_same(batched, alone, _tolerance(default_model))
 
 
+def _encoded_widths(recognizer: WhisperRecognizer) -> list[list[int]]:
+    """From now on, the widths (mel frames) of each of ``recognizer``'s encoder calls, a list a call."""
+    calls: list[list[int]] = []
+    encode = recognizer._encode
+
+    def spy(requests: list[RecognitionRequest], frames: list[int]) -> list:  # type: ignore[type-arg]
+        calls.append(list(frames))
+        return encode(requests, frames)
+
+    recognizer._encode = spy  # type: ignore[method-assign]
+    return calls
+
+
 def test_a_crowded_window_alone_is_served_as_in_a_batch(
     default_model: Whisper, streamed: list[RecognitionRequest]
 ) -> None:
@@ -207,14 +220,7 @@ def test_a_crowded_window_alone_is_served_as_in_a_batch(
     and decoded greedily, as in a batch, where alone it gets 20 s and beam search (twice the
     cost, which a saturated daemon pays in every stream's latency)."""
     recognizer = WhisperRecognizer(default_model)  # the defaults: "auto" context, beam for one
-    widths: list[list[int]] = []
-    encode = recognizer._encode
-
-    def spy(requests: list[RecognitionRequest], frames: list[int]) -> list:  # type: ignore[type-arg]
-        widths.append(list(frames))
-        return encode(requests, frames)
-
-    recognizer._encode = spy  # type: ignore[method-assign]
+    widths = _encoded_widths(recognizer)
     window, other = _windows_2_to_10_s(streamed)[:2]
     crowded = recognizer.recognize([replace(window, crowded=True)])
     batched = recognizer.recognize([window, other])[:1]
@@ -235,21 +241,13 @@ def test_a_window_alone_is_encoded_at_20_s_and_a_files_window_at_30_s(
     window = _windows_2_to_10_s(streamed)[0]
     jfk = load_audio(clips["en_jfk"].wav)
     longer = RecognitionRequest(mel=log_mel(np.concatenate([jfk, jfk])))  # 22 s
-    widths: list[int] = []
 
     def served(config: RecognizerConfig, request: RecognitionRequest, model: Whisper = default_model) -> int:
         recognizer = WhisperRecognizer(model, config)
-        encode = recognizer._encode
-
-        def spy(requests: list[RecognitionRequest], frames: list[int]) -> list:  # type: ignore[type-arg]
-            widths.extend(frames)
-            return encode(requests, frames)
-
-        recognizer._encode = spy  # type: ignore[method-assign]
-        widths.clear()
+        widths = _encoded_widths(recognizer)
         hypothesis = recognizer.recognize([request])[0]
         assert hypothesis.text.strip(), "the window was heard"
-        return widths[0]
+        return widths[0][0]
 
     step = 200  # ctx_step_s, in mel frames
     assert served(RecognizerConfig(), window) == 2000
@@ -269,29 +267,25 @@ def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_2
     recognizer = WhisperRecognizer(default_model, RecognizerConfig(min_ctx_s=4.0))
     recording = _Recording(recognizer)
     replay(Streamer(), recording, load_audio(clips["en_ps_goforward"].wav), aware=False)
-    widths: list[list[int]] = []
+    calls = _encoded_widths(recognizer)
     firsts: list[list[DecodingResult]] = []
-    encode, batch_decode = recognizer._encode, serving.decode_greedy_batch
-
-    def encode_spy(requests: list[RecognitionRequest], frames: list[int]) -> list:  # type: ignore[type-arg]
-        widths[-1].extend(frames)
-        return encode(requests, frames)
+    batch_decode = serving.decode_greedy_batch
 
     def decode_spy(*args, **kwargs) -> list[DecodingResult]:  # type: ignore[no-untyped-def]
         results = batch_decode(*args, **kwargs)
         firsts[-1].extend(results)
         return results
 
-    recognizer._encode = encode_spy  # type: ignore[method-assign]
     looped = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(serving, "decode_greedy_batch", decode_spy)
         for window in recording.requests:
-            widths.append([])
+            before = len(calls)
             firsts.append([])
             hypothesis = recognizer.recognize([replace(window, crowded=True)])[0]
-            if len(widths[-1]) > 1:
-                looped.append((window, widths[-1], firsts[-1][0], hypothesis))
+            widths = [w for call in calls[before:] for w in call]  # (mel frames)
+            if len(widths) > 1:
+                looped.append((window, widths, firsts[-1][0], hypothesis))
     assert looped, "a window of the clip loops at its fitted context"
     at_20_s = WhisperRecognizer(default_model, RecognizerConfig(audio_ctx="fit", min_ctx_s=20.0, beam_size=0))
     for window, encoded, first, hypothesis in looped:

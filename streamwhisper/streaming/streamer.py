@@ -169,8 +169,8 @@ class Streamer:
         """Force an endpoint (a client's "finalize"): the utterance so far, or one the VAD ended and not closed, ends
         with an endpoint final answering it (empty if no word was heard); speech going on is a new utterance."""
         if self._flushed or not self._active or self._endpoint_at is not None:
-            ended = not self._flushed and self._next_start is None  # (a queued utterance is finalised as it begins)
-            self._policy.answer_owed |= ended and (self._active or self.awaited)
+            closing = self._active or self.awaited  # ended by the VAD, not closed (its endpoint request may be out)
+            self._policy.answer_owed |= closing and not self._flushed and self._next_start is None  # (not a queued one)
             return []
         self._endpoint_at, self._policy.answer_owed = max(self._audio.end, self._audio.start), True
         quiet = self._detector.quiet_samples
