@@ -3,11 +3,12 @@
 Each client streams its own real speech (eval read_en clips, 1 s apart, rotated so that no two
 clients say the same thing at the same time) at real time over the native protocol. For each N
 it prints final and partial latency p50/p95 (per word: from sending the audio of the word's end
-to receiving it), TTFS with the server's own endpointing (from sending the end of an utterance's
-last word to receiving the endpoint final that holds it), WER, the server's CPU use and peak
-RSS, and refused sessions (with ``--alone``, also the WER of the same programmes streamed one at a
-time: the cost of load is the difference); then the largest N whose p95 final latency is at most
-3 s. Figures only, never asserts.
+to receiving it; ``agreed_*``: the words final before their utterance's endpoint, committed when
+two hypotheses agree, and their share of all words), TTFS with the server's own endpointing
+(from sending the end of an utterance's last word to receiving the endpoint final that holds
+it), WER, the server's CPU use and peak RSS, and refused sessions (with ``--alone``, also the
+WER of the same programmes streamed one at a time: the cost of load is the difference); then
+the largest N whose p95 final latency is at most 3 s. Figures only, never asserts.
 
     .venv/bin/python benchmarks/load.py                       # N = 1 2 4 8 12 16, 60 s each
     .venv/bin/python benchmarks/load.py --clients 8 --seconds 30
@@ -97,6 +98,7 @@ async def client(url: str, audio: np.ndarray, speed: float, out: dict) -> None:
     sent_at: list[tuple[float, float]] = []  # (audio seconds sent, monotonic)
     finals: list[str] = []
     final_lat: list[float] = []
+    agreed_lat: list[float] = []  # words of finals before the endpoint (committed by agreement)
     partial_lat: list[float] = []
     ttfs: list[float] = []
 
@@ -115,6 +117,8 @@ async def client(url: str, audio: np.ndarray, speed: float, out: dict) -> None:
                     if isinstance(m, Final):
                         finals.append(m.text)
                         final_lat.extend(now - when_sent(w.end) for w in m.words)
+                        if not m.endpoint:
+                            agreed_lat.extend(now - when_sent(w.end) for w in m.words)
                         if m.endpoint and m.words:
                             ttfs.append(now - when_sent(m.words[-1].end))
                     elif isinstance(m, Partial) and m.words:
@@ -132,7 +136,7 @@ async def client(url: str, audio: np.ndarray, speed: float, out: dict) -> None:
     except ConnectionError as exc:
         out["refused"] = str(exc)
         return
-    out.update(text=" ".join(finals), final=final_lat, partial=partial_lat, ttfs=ttfs)
+    out.update(text=" ".join(finals), final=final_lat, agreed=agreed_lat, partial=partial_lat, ttfs=ttfs)
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -173,6 +177,7 @@ def run_level(url: str, pid: int, streams: list[tuple[np.ndarray, str]], speed: 
     cpu1 = proc.cpu_times()
     served = [(o, ref) for o, (_, ref) in zip(outs, streams, strict=True) if "refused" not in o]
     finals = [x for o, _ in served for x in o["final"]]
+    agreed = [x for o, _ in served for x in o["agreed"]]
     partials = [x for o, _ in served for x in o["partial"]]
     ttfs = [x for o, _ in served for x in o["ttfs"]]
     wer = word_error_rate([r for _, r in served], [o["text"] for o, _ in served]) if served else None
@@ -182,6 +187,9 @@ def run_level(url: str, pid: int, streams: list[tuple[np.ndarray, str]], speed: 
         "audio_s_per_client": round(len(streams[0][0]) / 16000, 1),
         "final_p50": pct(finals, 50),
         "final_p95": pct(finals, 95),
+        "agreed_share": round(len(agreed) / len(finals), 3) if finals else None,
+        "agreed_p50": pct(agreed, 50),
+        "agreed_p95": pct(agreed, 95),
         "partial_p50": pct(partials, 50),
         "partial_p95": pct(partials, 95),
         "endpoint_ttfs_p50": pct(ttfs, 50),
