@@ -116,9 +116,10 @@ async def client(url: str, audio: np.ndarray, speed: float, out: dict) -> None:
                     now = time.monotonic()
                     if isinstance(m, Final):
                         finals.append(m.text)
-                        final_lat.extend(now - when_sent(w.end) for w in m.words)
+                        latencies = [now - when_sent(w.end) for w in m.words]
+                        final_lat.extend(latencies)
                         if not m.endpoint:
-                            agreed_lat.extend(now - when_sent(w.end) for w in m.words)
+                            agreed_lat.extend(latencies)
                         if m.endpoint and m.words:
                             ttfs.append(now - when_sent(m.words[-1].end))
                     elif isinstance(m, Partial) and m.words:

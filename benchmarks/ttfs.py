@@ -89,6 +89,14 @@ async def _paced(
         await asyncio.sleep(max(0.0, clock[1] + clock[0] - time.monotonic()))
 
 
+async def _quiet_gap(clock: list[float]) -> None:
+    """The pause between turns, in which a client with its own VAD sends nothing; then the
+    stream's ``clock`` (as :func:`_paced`'s) restarts from now, so that the next turn goes at real
+    time however long the last answer took."""
+    await asyncio.sleep(GAP_S)
+    clock[1] = time.monotonic() - clock[0]
+
+
 @dataclass(frozen=True)
 class Live:
     """One live WebSocket protocol: its URL, end-of-turn and end-of-stream messages, which
@@ -248,8 +256,7 @@ async def realtime_turns(base: str, clips: list[Clip], mode: str) -> list[float]
                             got = time.monotonic() - asked
                             break
             out.append(got)
-            await asyncio.sleep(GAP_S)  # the pause between turns: a client with its own VAD sends nothing
-            clock[1] = time.monotonic() - clock[0]  # (and during the wait): the next turn at real time
+            await _quiet_gap(clock)
     return out
 
 
@@ -279,8 +286,7 @@ async def wyoming_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
                     got = time.monotonic() - asked
                     break
             out.append(got)
-            await asyncio.sleep(GAP_S)  # the pause between turns, as silence on a live stream
-            clock[1] = time.monotonic() - clock[0]  # (and during the wait): the next turn at real time
+            await _quiet_gap(clock)
     return out
 
 
