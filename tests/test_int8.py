@@ -13,7 +13,14 @@ from conftest import REFERENCE
 from torch import nn
 
 from benchmarks.scoring import word_error_rate
-from streamwhisper.model.int8 import FLOAT32_LINEARS, TokenScaledInt8Linear, has_int8_linears, int8_linears
+from streamwhisper.model.int8 import (
+    FLOAT32_LINEARS,
+    PackedLinear,
+    TokenScaledInt8Linear,
+    has_int8_linears,
+    int8_linears,
+    packed_linears,
+)
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.whisper import Whisper
 from streamwhisper.transcribe import Transcriber
@@ -71,6 +78,21 @@ def test_a_silent_token_gives_the_bias() -> None:
     assert torch.equal(y, linear.bias.expand(3, -1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.qint8])
+@torch.inference_mode()
+def test_a_packed_linear_gives_what_torchs_quantised_module_gives(dtype: torch.dtype) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = nn.Sequential(_linear(), _linear(96, 8))
+        torchs = torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=dtype)
+    ours = packed_linears(copy.deepcopy(torchs))
+    assert isinstance(ours[0], PackedLinear) and isinstance(ours[1], PackedLinear)
+    assert ours[0].weight_dtype == (torch.float16 if dtype == torch.float16 else torch.qint8)
+    x = _tokens_of_many_sizes()
+    assert torch.equal(ours(x), torchs(x))  # same kernels, weights and activation range
+    assert not torch.equal(ours(x), nn.Sequential(_linear(), _linear(96, 8))(x))  # and quantised
+
+
 def test_int8_linears_replaces_every_linear_but_those_kept() -> None:
     module = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Sequential(nn.Linear(8, 4), nn.Linear(4, 4)))
     int8_linears(module, keep=("2.1",))
@@ -85,7 +107,7 @@ def test_int8_encoder_compute_type_transcribes_jfk(tiny_model: Whisper, jfk_audi
     assert has_int8_linears(model.encoder) and not has_int8_linears(model.decoder)
     assert model.encoder.autocast_dtype is None  # int8 even where bfloat16 would pay off
     fc1 = model.decoder.blocks[0].mlp[0]
-    assert fc1._packed_params.dtype == torch.float16  # the decoder as in mixed
+    assert fc1.weight_dtype == torch.float16  # the decoder as in mixed
     mel = torch.from_numpy(np.load(REFERENCE / "jfk_mel80.npy"))[None]
     with torch.inference_mode():
         features, reference = model.encoder(mel), tiny_model.encoder(mel)

@@ -486,7 +486,7 @@ def test_mixed_compute_type_keeps_fp16_decoder_weights_and_an_exact_enough_encod
     model = load_model("tiny.en", compute_type="mixed")
     assert model.decoder.logits is not None  # the int8 output projection
     fc1 = model.decoder.blocks[0].mlp[0]
-    assert fc1._packed_params.dtype == torch.float16  # decoder weights stored as float16
+    assert fc1.weight_dtype == torch.float16  # decoder weights stored as float16
     kv = model.decoder.blocks[0].cross_attn.kv  # the window's K/V: one large GEMM, float32 is faster
     assert type(kv) is torch.nn.Linear and kv.weight.dtype == torch.float32
     features = _encode(model, jfk_mel)

@@ -31,6 +31,9 @@ FLOAT32_LINEARS = ("blocks.0.attn.qkv", "blocks.0.attn.out")
 # (weights -127..127) sums to at most 2 x 128 x 127 = 32512, within fbgemm's AVX2 16-bit sums.
 _SCALE, _ZERO_POINT = 2.0 / 127, 64
 
+_LINEAR_FLOAT16 = torch.ops.quantized.linear_dynamic_fp16.default
+_LINEAR_INT8 = torch.ops.quantized.linear_dynamic.default
+
 
 @contextmanager
 def deprecation_quieted() -> Iterator[None]:
@@ -75,6 +78,41 @@ class TokenScaledInt8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+class PackedLinear(nn.Module):
+    """A Linear that ``torch.ao.quantization.quantize_dynamic`` quantised (fbgemm's packed weights,
+    float16 or int8), its kernel called straight.
+
+    The module torch makes checks its dtype and version, calls the kernel through its overload
+    packet (which looks for fake script objects in the arguments) and casts the result to the
+    input's dtype, every call. A decoded token calls 25 of these: 0.2 ms of a 4.5 ms step
+    (tiny.en, AVX2 EPYC). Same kernels, same weights, so the same results.
+    """
+
+    def __init__(self, quantized: torch.ao.nn.quantized.dynamic.Linear) -> None:
+        super().__init__()
+        params = quantized._packed_params  # its LinearPackedParams
+        self.weight_dtype: torch.dtype = params.dtype
+        self._packed = params._packed_params
+        self.in_features, self.out_features = quantized.in_features, quantized.out_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.weight_dtype == torch.float16:
+            return _LINEAR_FLOAT16(x, self._packed)
+        return _LINEAR_INT8(x, self._packed, True)  # reduce_range, as torch's module (version 4) asks
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, weights={self.weight_dtype}"
+
+
+def packed_linears(module: nn.Module) -> nn.Module:
+    """``module`` with each of its dynamically quantised Linears replaced by a :class:`PackedLinear`."""
+    for name, child in list(module.named_modules()):
+        if isinstance(child, torch.ao.nn.quantized.dynamic.Linear):
+            parent_name, _, leaf = name.rpartition(".")
+            setattr(module.get_submodule(parent_name), leaf, PackedLinear(child))
+    return module
 
 
 def int8_linears(module: nn.Module, keep: tuple[str, ...] = ()) -> nn.Module:

@@ -15,7 +15,7 @@ from torch import nn
 
 from ..cores import available_cores
 from ..errors import ConfigError
-from .int8 import FLOAT32_LINEARS, deprecation_quieted, int8_linears, linear_names
+from .int8 import FLOAT32_LINEARS, deprecation_quieted, int8_linears, linear_names, packed_linears
 from .memory import release_free_memory
 from .sources import DEFAULT_MODEL, resolve_weights
 from .weights import build_model
@@ -48,7 +48,7 @@ def _quantized(
         qconfig = torch.ao.quantization.default_dynamic_qconfig
     with deprecation_quieted():
         names = dict.fromkeys(linear_names(module, keep), qconfig)
-        return torch.ao.quantization.quantize_dynamic(module, names, inplace=True)
+        return packed_linears(torch.ao.quantization.quantize_dynamic(module, names, inplace=True))
 
 
 def cpu_has(*flags: str) -> bool:
