@@ -98,7 +98,7 @@ def state(s: Streamer) -> dict[str, Any]:
     return {
         "window_start": s._audio.start / SAMPLE_RATE,
         "committed_end": s._policy.committed_end,
-        "last_request_end": s._last_request_end / SAMPLE_RATE,
+        "last_request_end": s._cadence.last_request_end / SAMPLE_RATE,
         "ring": [s._audio._ring.start / SAMPLE_RATE, s._audio._ring.end / SAMPLE_RATE],
         "active": s._active,
         "endpoint_at": None if s._endpoint_at is None else s._endpoint_at / SAMPLE_RATE,
@@ -216,7 +216,7 @@ def recording() -> Iterator[Recorder]:
         return events
 
     def set_step(self: Streamer, value: float) -> None:
-        old = self._step
+        old = self.step_s
         o_step.fset(self, value)
         if value != old:
             rec.log("step", self, step=value)

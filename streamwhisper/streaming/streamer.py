@@ -4,7 +4,8 @@ One :class:`Streamer` per audio stream; its only clock is the number of samples 
 VAD -> ring buffer -> (when a request is due) incremental log-mel -> :class:`RecognitionRequest`.
 The runtime's :class:`~streamwhisper.runtime.pump.Pump` drives it: :meth:`feed` as audio arrives,
 :meth:`pending_request` for the request due now, :meth:`complete` (the commit policy takes the
-:class:`Hypothesis`) or :meth:`abandon` when it returns, :meth:`flush` at the end until :attr:`finished`.
+:class:`Hypothesis`) or :meth:`abandon` when it returns, :meth:`flush` at the end until
+:attr:`finished`. When a request is due is the :class:`~.cadence.Cadence`'s business.
 
 At most one request per stream is outstanding; a new one is due once ``step_s`` of new audio arrived
 in an utterance, and at once when the VAD ends the utterance (the endpoint request finalises it).
@@ -25,7 +26,8 @@ from streamwhisper.events import Event, SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 
 from . import window as windows
-from .agreement import WINDOW_SLACK_S, CommitPolicy
+from .agreement import CommitPolicy
+from .cadence import Cadence
 from .config import StreamingConfig
 from .window import AudioWindow, align_down, align_up, carried, carry_start, checked_samples, trim_after_commit
 
@@ -48,9 +50,8 @@ class Streamer:
         self._audio = AudioWindow(cfg.n_mels, cfg.max_window_s)
         self._detector = SpeechDetector(vad or WebRtcVad.from_config(cfg.vad), cfg.vad)
         self._policy = CommitPolicy(cfg.policy)
-        self._step = cfg.min_step_s
+        self._cadence = Cadence(cfg)
         self._pre_roll = SAMPLE_RATE * cfg.vad.pre_roll_ms // 1000
-        self._pause_samples = SAMPLE_RATE * cfg.pause_hold_ms // 1000
         # Quiet audio kept for the pre-roll of a start the VAD has not confirmed yet.
         self._quiet_keep = SAMPLE_RATE * (cfg.vad.pre_roll_ms + cfg.vad.start_window_ms + 2 * cfg.vad.frame_ms) // 1000
         self._active = False  # an utterance is being recognised
@@ -60,13 +61,12 @@ class Streamer:
         self._next_end: tuple[int, int] | None = None  # ... and ended before it (endpoint, speech end)
         self._floor = 0  # the next utterance starts after the last one
         self._speech_goes_on = False  # the utterance was ended by finalize() inside speech
-        self._last_request_end = 0
         self._inflight: _Inflight | None = None
         self._flushed = self._overflowing = False
-        self._wordless = self._heard_to = 0  # its hypotheses in a row without a word; its last heard window's end
+        self._heard_to = 0  # the end of its last window whose hypothesis had a word
         self._carry_due = False  # the utterance's window may reopen the words before it
         self._speech_end: int | None = None  # its last voiced sample, once the VAD ended it
-        self._paused_at = self._pause_final_at = -1  # where the pause that had its request (its final) began
+        self._pause_final_at = -1  # where the pause that had its final began
         self._begun = 0  # utterances begun so far
 
     @property
@@ -77,15 +77,11 @@ class Streamer:
     @property
     def step_s(self) -> float:
         """New audio (seconds) needed before the next request; the runtime raises it under load."""
-        return self._step
+        return self._cadence.step_s
 
     @step_s.setter
     def step_s(self, value: float) -> None:
-        # a step <= max_window_s - force_commit_s keeps every window in the ring (one is due a step past force_commit_s)
-        low, high = self._config.min_step_s, self._config.max_window_s - self._config.force_commit_s
-        if not low <= value <= high:
-            raise ValueError(f"step must be in [{low}, {high}] s, got {value}")
-        self._step = value
+        self._cadence.step_s = value
 
     @property
     def speaking(self) -> bool:
@@ -104,16 +100,19 @@ class Streamer:
 
     @property
     def superseded(self) -> bool:
-        """Whether the outstanding request only delays the endpoint request due after it, or a pause's (which may
-        become the endpoint's): a window ending before the speech that one would cover; the driver may drop it."""
-        f, end, hold = self._inflight, self._speech_end, self._pause_samples
+        """Whether the outstanding request only delays the request due after it.
+
+        That is the endpoint request, or a pause's (which may become the endpoint's), and the
+        outstanding window ends before the speech that one would cover. The driver may drop it.
+        """
+        f, end, hold = self._inflight, self._speech_end, self._cadence.hold
         if f is None or f.endpoint:
             return False
         if self._endpoint_at is not None:
             return end is None or f.end < end + hold // 2
         detector = self._detector
         quiet, began = detector.quiet_samples, detector.last_voiced_end
-        in_pause = bool(hold) and quiet >= hold and not f.request.urgent and self._paused_at != began
+        in_pause = self._cadence.in_pause(quiet) and not f.request.urgent and self._cadence.paused_at != began
         return in_pause and f.end < began + hold // 2
 
     @property
@@ -124,7 +123,8 @@ class Streamer:
 
     @property
     def utterances(self) -> tuple[int, int]:
-        """(ended, closed): utterances whose end is set (VAD, finalize, flush); those whose finals all came."""
+        """(ended, closed): the utterances whose end is set (by the VAD, a finalize or the flush),
+        and those whose finals all came."""
         ended = self._begun - (self._active and self._endpoint_at is None) + (self._next_end is not None)
         f = self._inflight
         return ended, self._begun - self._active - (f is not None and f.endpoint and not f.held)
@@ -166,15 +166,20 @@ class Streamer:
         return events
 
     def finalize(self) -> list[Event]:
-        """Force an endpoint (a client's "finalize"): the utterance so far, or one the VAD ended and not closed, ends
-        with an endpoint final answering it (empty if no word was heard); speech going on is a new utterance."""
+        """Force an endpoint (a client's "finalize").
+
+        The utterance so far, or one the VAD ended and that is not closed yet, ends with an
+        endpoint final answering the finalize (empty if no word was heard). Speech going on is a
+        new utterance.
+        """
         if self._flushed or not self._active or self._endpoint_at is not None:
-            closing = self._active or self.awaited  # ended by the VAD, not closed (its endpoint request may be out)
-            self._policy.answer_owed |= closing and not self._flushed and self._next_start is None  # (not a queued one)
+            # ended by the VAD and not closed (its endpoint request may be out); not a queued one
+            closing = self._active or self.awaited
+            self._policy.answer_owed |= closing and not self._flushed and self._next_start is None
             return []
         self._endpoint_at, self._policy.answer_owed = max(self._audio.end, self._audio.start), True
         quiet = self._detector.quiet_samples
-        if self._detector.speaking and self._pause_samples and quiet >= self._pause_samples:
+        if self._detector.speaking and self._cadence.in_pause(quiet):
             # in a pause: the speech ended where it began (the pause's hypothesis may have heard
             # it all); speech resuming after now is a new utterance
             self._speech_end, self._next_start = self._audio.end - quiet, align_down(self._audio.end)
@@ -198,8 +203,9 @@ class Streamer:
         endpoint = self._endpoint_at is not None
         pause = False
         if not endpoint:
-            pause = self._pause_due()
-            if not pause and not self._due():
+            cadence, quiet, audio = self._cadence, self._detector.quiet_samples, self._audio
+            pause = cadence.pause_due(quiet, self._detector.last_voiced_end)
+            if not pause and not cadence.due(audio.start, audio.end, self._utterance_start, quiet):
                 return None
         if self._carry_due:  # decided now: the endpoint request before it has committed its words
             self._carry_due = False
@@ -229,19 +235,10 @@ class Streamer:
         )
         held = endpoint and carried(self._config, start, self._utterance_start, end)
         self._inflight = _Inflight(request, start, end, endpoint, endpoint and self._speech_goes_on, held)
-        self._last_request_end = end
+        self._cadence.last_request_end = end
         if endpoint and not held:
             self._end_utterance()
         return request
-
-    def _pause_due(self) -> bool:
-        """Whether the request of a pause is due: the VAD has heard ``pause_hold_ms`` of quiet
-        and no window reached that far yet. Its hypothesis ends the utterance if the VAD does."""
-        hold, quiet = self._pause_samples, self._detector.quiet_samples
-        if not hold or quiet < hold or self._paused_at == self._detector.last_voiced_end:
-            return False  # no pause, or its request was made
-        self._paused_at = self._detector.last_voiced_end
-        return self._last_request_end < self._paused_at + hold // 2
 
     def _pause_final(self) -> list[Event]:
         """With ``pause_final``, once per pause (``pause_hold_ms`` of quiet or more): the pending
@@ -249,31 +246,15 @@ class Streamer:
         before it (the pause's own, or a regular one made inside it, back before or after the hold)."""
         if not self._config.pause_final or self._inflight:
             return []
-        hold, detector, began = self._pause_samples, self._detector, self._detector.last_voiced_end
-        in_pause = self._endpoint_at is None and detector.speaking and bool(hold) and detector.quiet_samples >= hold
-        if not in_pause or self._pause_final_at == began or self._last_request_end < began + hold // 2:
+        detector, began = self._detector, self._detector.last_voiced_end
+        in_pause = self._endpoint_at is None and detector.speaking and self._cadence.in_pause(detector.quiet_samples)
+        if not in_pause or self._pause_final_at == began or not self._cadence.reached(began):
             return []
-        self._paused_at = began  # (heard: the pause needs no request of its own)
+        self._cadence.paused_at = began  # (heard: the pause needs no request of its own)
         events = self._policy.commit_pending(eager=self._config.eager_pause_finals)
         if events is not None:  # (None: a doubted full stop waits for the endpoint or more speech)
             self._pause_final_at = began
         return events or []
-
-    def _due(self) -> bool:
-        """Whether a regular request is due: enough new audio since the last, and no pause."""
-        cfg = self._config
-        if self._pause_samples and self._detector.quiet_samples >= self._pause_samples:
-            return False  # a pause: the next request comes when speech resumes, or at the endpoint
-        new_audio = self._audio.end - max(self._last_request_end, self._audio.start)
-        step = self._step
-        heard = (self._last_request_end - self._utterance_start) / SAMPLE_RATE
-        if heard == 0:  # the utterance's first request (at 1.5 s, the one the first commit agrees with)
-            step = max(step, cfg.first_step_s)
-        elif heard + step + WINDOW_SLACK_S < cfg.policy.min_commit_window_s:
-            step = max(step, cfg.early_step_s)  # the next hypothesis could only be a partial
-        if self._wordless >= cfg.wordless_after:
-            step = max(step, cfg.wordless_step_s)
-        return new_audio >= step * SAMPLE_RATE
 
     def complete(self, hypothesis: Hypothesis) -> list[Event]:
         """Hand back the hypothesis of the outstanding request; returns partials and finals."""
@@ -294,7 +275,7 @@ class Streamer:
         if inflight.held:
             self._end_utterance()
         heard = self._policy.heard  # (not a hypothesis that ended at the committed words: see observe)
-        self._wordless = 0 if heard else self._wordless + 1
+        self._cadence.heard(bool(heard))
         if not inflight.endpoint:
             if heard:  # a hypothesis without a usable word leaves the endpoint its own request
                 self._heard_to = inflight.end
@@ -305,7 +286,7 @@ class Streamer:
                 if point is not None:  # decoded afresh from there, the next window at the step
                     self._audio.advance(point)
                     self._policy.restart(self._audio.start / SAMPLE_RATE)
-                    self._wordless = 0
+                    self._cadence.heard(True)  # decoded afresh: wordless hypotheses are counted anew
             events.extend(self._pause_final())
             events.extend(trim_after_commit(self._audio, self._policy, self._config, end))
         events.extend(self._settle())
@@ -323,7 +304,7 @@ class Streamer:
             if inflight.held:
                 self._end_utterance()
         elif inflight is not None:
-            self._last_request_end = inflight.start
+            self._cadence.last_request_end = inflight.start
         events.extend(self._settle())
         return events
 
@@ -352,8 +333,9 @@ class Streamer:
         self._active = True
         self._begun += 1
         self._endpoint_at = self._next_start = self._next_end = None
-        self._last_request_end = self._utterance_start = start
-        self._heard_to, self._speech_end, self._wordless, self._carry_due = 0, None, 0, True
+        self._utterance_start = start
+        self._cadence.begin(start)
+        self._heard_to, self._speech_end, self._carry_due = 0, None, True
         self._audio.open(start)
 
     def _end_utterance(self) -> None:
@@ -378,7 +360,7 @@ class Streamer:
             return []
         # heard to the end by a pause's hypothesis, or nothing voiced (begun at a finalize in a pause)
         end = self._speech_end
-        hold = self._pause_samples
+        hold = self._cadence.hold
         heard = end is not None and (end <= self._utterance_start or bool(hold) and self._heard_to >= end + hold // 2)
         if not heard and self._endpoint_at // HOP_LENGTH > max(self._audio.start, self._utterance_start) // HOP_LENGTH:
             return []
