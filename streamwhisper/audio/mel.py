@@ -40,6 +40,8 @@ __all__ = [
 
 
 LOG_FLOOR = 1e-10
+# Frames :func:`log_mel` computes at a time (30 s): its temporaries stay near 10 MB at any length.
+MEL_BLOCK_FRAMES = 3000
 
 
 def _hz_to_mel(freq: np.ndarray) -> np.ndarray:
@@ -117,9 +119,8 @@ def stft_frames(audio: np.ndarray) -> np.ndarray:
         padded = np.pad(audio, (pad, pad), mode="reflect" if audio.shape[0] > 1 else "constant")
     else:
         padded = np.pad(audio, (pad, pad), mode="reflect")
-    n_frames = 1 + (padded.shape[0] - N_FFT) // HOP_LENGTH
-    idx = np.arange(N_FFT)[None, :] + HOP_LENGTH * np.arange(n_frames)[:, None]
-    return padded[idx][:-1]
+    # a strided view, not a copy: 400 samples a frame would be 10x the audio's size
+    return np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:-1]
 
 
 def log_mel(audio: np.ndarray, n_mels: int = 80, padding: int = 0) -> np.ndarray:
@@ -130,7 +131,11 @@ def log_mel(audio: np.ndarray, n_mels: int = 80, padding: int = 0) -> np.ndarray
     audio = np.asarray(audio, dtype=np.float32)
     if padding:
         audio = np.pad(audio, (0, padding))
-    raw = raw_log_mel(power_frames(stft_frames(audio)), n_mels)
+    frames = stft_frames(audio)
+    raw = np.empty((frames.shape[0], n_mels), dtype=np.float32)
+    # block by block: the spectra of a whole hour at once would be about 2 GB of temporaries
+    for i in range(0, frames.shape[0], MEL_BLOCK_FRAMES):
+        raw[i : i + MEL_BLOCK_FRAMES] = raw_log_mel(power_frames(frames[i : i + MEL_BLOCK_FRAMES]), n_mels)
     return normalize_log_mel(raw).T.copy()
 
 

@@ -141,8 +141,10 @@ def quantize(model: Whisper, scope: str) -> Whisper:
     """
     if torch.backends.quantized.engine not in ("x86", "fbgemm") and "x86" in torch.backends.quantized.supported_engines:
         torch.backends.quantized.engine = "x86"
-    logits = nn.Linear(model.dims.n_text_state, model.dims.n_vocab, bias=False)
-    logits.weight = nn.Parameter(model.decoder.token_embedding.weight.detach().clone(), requires_grad=False)
+    with torch.device("meta"):  # (not an initialised weight of its own: it is replaced at once)
+        logits = nn.Linear(model.dims.n_text_state, model.dims.n_vocab, bias=False)
+    # the embedding table itself, not a copy: it becomes float16 below, once the int8 weights are packed
+    logits.weight = nn.Parameter(model.decoder.token_embedding.weight.detach(), requires_grad=False)
     model.decoder.logits = _quantized(nn.Sequential(logits), per_channel=True)
     # The table now only looks tokens up: float16 holds the shipped float16 weights exactly, and
     # the float32 positional embedding added to each looked-up row keeps the sum float32

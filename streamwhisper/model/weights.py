@@ -65,14 +65,12 @@ def load_openai_checkpoint(path: Path) -> LoadedWeights:
 
 def build_model(weights: LoadedWeights) -> Whisper:
     """An fp32 Whisper module holding ``weights``."""
+    # Built on the meta device (no memory), then given the state's tensors themselves (assign)
+    # rather than copies of them: the weights are held once while loading, not twice.
     with torch.device("meta"):
         model = Whisper(weights.dims)
-    model = model.to_empty(device="cpu")
-    model.encoder.register_buffer(
-        "positional_embedding", torch.empty(weights.dims.n_audio_ctx, weights.dims.n_audio_state)
-    )
     try:
-        missing, unexpected = model.load_state_dict(weights.state, strict=False)
+        missing, unexpected = model.load_state_dict(weights.state, strict=False, assign=True)
     except RuntimeError as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         detail = next((line for line in lines if line.startswith("size mismatch")), lines[-1] if lines else "")
