@@ -16,7 +16,7 @@ from .config import StreamingConfig
 
 
 class Cadence:
-    """The request schedule of one stream (``config``'s steps, in samples)."""
+    """The request schedule of one stream: its steps from ``config`` (seconds), the audio clock in samples."""
 
     def __init__(self, config: StreamingConfig) -> None:
         self._config = config
