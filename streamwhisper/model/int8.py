@@ -15,8 +15,9 @@ the same features batched with others as alone.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -106,23 +107,25 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, weights={self.weight_dtype}"
 
 
+def _replace(module: nn.Module, names: list[str], make: Callable[[Any], nn.Module]) -> nn.Module:
+    """``module`` with each submodule named in ``names`` replaced by ``make(submodule)``, in place."""
+    for name in names:
+        parent_name, _, leaf = name.rpartition(".")
+        parent = module.get_submodule(parent_name)
+        setattr(parent, leaf, make(getattr(parent, leaf)))
+    return module
+
+
 def packed_linears(module: nn.Module) -> nn.Module:
     """``module`` with each of its dynamically quantised Linears replaced by a :class:`PackedLinear`."""
-    for name, child in list(module.named_modules()):
-        if isinstance(child, torch.ao.nn.quantized.dynamic.Linear):
-            parent_name, _, leaf = name.rpartition(".")
-            setattr(module.get_submodule(parent_name), leaf, PackedLinear(child))
-    return module
+    quantized = [name for name, m in module.named_modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    return _replace(module, quantized, PackedLinear)
 
 
 def int8_linears(module: nn.Module, keep: tuple[str, ...] = ()) -> nn.Module:
     """``module`` with each of its Linears replaced by a :class:`TokenScaledInt8Linear`, in place,
     but for those whose names end in ``keep``."""
-    for name in linear_names(module, keep):
-        parent_name, _, leaf = name.rpartition(".")
-        parent = module.get_submodule(parent_name)
-        setattr(parent, leaf, TokenScaledInt8Linear(getattr(parent, leaf)))
-    return module
+    return _replace(module, linear_names(module, keep), TokenScaledInt8Linear)
 
 
 def has_int8_linears(module: nn.Module) -> bool:
