@@ -59,7 +59,7 @@ def test_a_pause_has_one_request_unless_a_window_reached_into_it() -> None:
     # the next pause: a window already reached half the hold into it, so it needs none
     voiced_end += _samples(3.0)
     cadence.last_request_end = voiced_end + hold // 2
-    assert cadence.reached(voiced_end) and not cadence.pause_due(hold, voiced_end)
+    assert cadence.reaches(cadence.last_request_end, voiced_end) and not cadence.pause_due(hold, voiced_end)
 
 
 def test_no_pause_request_without_a_pause_hold() -> None:

@@ -53,9 +53,10 @@ class Cadence:
         """Whether ``quiet`` samples since the last voiced one make a pause."""
         return bool(self.hold) and quiet >= self.hold
 
-    def reached(self, voiced_end: int) -> bool:
-        """Whether the last request's window reached into the pause after ``voiced_end``."""
-        return self.last_request_end >= voiced_end + self.hold // 2
+    def reaches(self, sample: int, voiced_end: int) -> bool:
+        """Whether a window ending at ``sample`` reached into the pause after ``voiced_end`` (by
+        half its hold): its hypothesis heard all the speech before the pause."""
+        return sample >= voiced_end + self.hold // 2
 
     def pause_due(self, quiet: int, voiced_end: int) -> bool:
         """Whether the request of a pause is due: ``pause_hold_ms`` of quiet after ``voiced_end``
@@ -64,7 +65,7 @@ class Cadence:
         if not self.in_pause(quiet) or self.paused_at == voiced_end:
             return False  # no pause, or its request was made
         self.paused_at = voiced_end
-        return not self.reached(voiced_end)
+        return not self.reaches(self.last_request_end, voiced_end)
 
     def due(self, audio_start: int, audio_end: int, utterance_start: int, quiet: int) -> bool:
         """Whether a regular request is due: enough new audio since the last, and no pause."""

@@ -105,15 +105,15 @@ class Streamer:
         That is the endpoint request, or a pause's (which may become the endpoint's), and the
         outstanding window ends before the speech that one would cover. The driver may drop it.
         """
-        f, end, hold = self._inflight, self._speech_end, self._cadence.hold
+        f, end, cadence = self._inflight, self._speech_end, self._cadence
         if f is None or f.endpoint:
             return False
         if self._endpoint_at is not None:
-            return end is None or f.end < end + hold // 2
+            return end is None or not cadence.reaches(f.end, end)
         detector = self._detector
         quiet, began = detector.quiet_samples, detector.last_voiced_end
-        in_pause = self._cadence.in_pause(quiet) and not f.request.urgent and self._cadence.paused_at != began
-        return in_pause and f.end < began + hold // 2
+        in_pause = cadence.in_pause(quiet) and not f.request.urgent and cadence.paused_at != began
+        return in_pause and not cadence.reaches(f.end, began)
 
     @property
     def awaited(self) -> bool:
@@ -248,7 +248,8 @@ class Streamer:
             return []
         detector, began = self._detector, self._detector.last_voiced_end
         in_pause = self._endpoint_at is None and detector.speaking and self._cadence.in_pause(detector.quiet_samples)
-        if not in_pause or self._pause_final_at == began or not self._cadence.reached(began):
+        heard = self._cadence.reaches(self._cadence.last_request_end, began)
+        if not in_pause or self._pause_final_at == began or not heard:
             return []
         self._cadence.paused_at = began  # (heard: the pause needs no request of its own)
         events = self._policy.commit_pending(eager=self._config.eager_pause_finals)
@@ -359,9 +360,9 @@ class Streamer:
         if self._inflight is not None or not self._active or self._endpoint_at is None:
             return []
         # heard to the end by a pause's hypothesis, or nothing voiced (begun at a finalize in a pause)
-        end = self._speech_end
-        hold = self._cadence.hold
-        heard = end is not None and (end <= self._utterance_start or bool(hold) and self._heard_to >= end + hold // 2)
+        end, cadence = self._speech_end, self._cadence
+        by_pause = bool(cadence.hold) and end is not None and cadence.reaches(self._heard_to, end)
+        heard = end is not None and end <= self._utterance_start or by_pause
         if not heard and self._endpoint_at // HOP_LENGTH > max(self._audio.start, self._utterance_start) // HOP_LENGTH:
             return []
         events = self._policy.close(self._endpoint_at / SAMPLE_RATE, speech_goes_on=self._speech_goes_on)
