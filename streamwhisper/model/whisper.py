@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import CrossAttention, SelfAttention
+from .decoder_layer import LayerKernels, decoder_layer
 from .interrupt import checkpoint
 from .kv_cache import KVCache
 
@@ -62,10 +63,12 @@ class LayerNorm(nn.LayerNorm):
     """LayerNorm computed in float32 whatever the activations' dtype (fp16 safety)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-            return super().forward(x)
-        weight = None if self.weight is None else self.weight.float()
-        bias = None if self.bias is None else self.bias.float()
+        weight: Tensor | None = self.weight  # (each nn.Module attribute is a lookup of ~1 us)
+        bias: Tensor | None = self.bias
+        if x.dtype == torch.float32 and weight is not None and weight.dtype == torch.float32:
+            return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
+        weight = None if weight is None else weight.float()
+        bias = None if bias is None else bias.float()
         return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).type(x.dtype)
 
 
@@ -100,22 +103,8 @@ class DecoderBlock(nn.Module):
     def forward(
         self, x: Tensor, cache: KVCache, layer: int, mask: Tensor | None, want_qk: bool, heads: Sequence[int] = ()
     ) -> tuple[Tensor, Tensor | None]:
-        """``want_qk``: every head's cross-attention scores; else ``heads``' only (or None)."""
-        x = x + self.attn(self.attn_ln(x), cache, layer, mask=mask, causal=True)
-        k, v = cache.cross(layer)
-        cross_mask = cache.cross_mask
-        if cache.shares_cross and not want_qk:
-            # beams of one window: their queries side by side against one copy of the keys
-            b, t, d = x.shape
-            k, v, cross_mask = k[:1], v[:1], None if cross_mask is None else cross_mask[:1]
-            attended, qk = self.cross_attn(self.cross_attn_ln(x).reshape(1, b * t, d), k, v, False, cross_mask, heads)
-            attended = attended.reshape(b, t, d)
-            if qk is not None:  # (1, h, b * t, S) -> (b, h, t, S)
-                qk = qk.reshape(len(heads), b, t, -1).transpose(0, 1)
-        else:
-            attended, qk = self.cross_attn(self.cross_attn_ln(x), k, v, want_qk, cross_mask, () if want_qk else heads)
-        x = x + attended
-        return x + self.mlp(self.mlp_ln(x)), qk
+        """:func:`~.decoder_layer.decoder_layer` over this block's kernels."""
+        return decoder_layer(LayerKernels.of(self), x, cache, layer, mask, want_qk, heads)
 
 
 class AudioEncoder(nn.Module):
@@ -217,7 +206,8 @@ class TextDecoder(nn.Module):
         x = x.to(cache.dtype)
         qks: list[Tensor] = []
         for i, block in enumerate(self.blocks):
-            x, qk = block(x, cache, i, mask, want_qk, heads.get(i, ()) if heads else ())
+            layer = LayerKernels.of(cast(DecoderBlock, block))
+            x, qk = decoder_layer(layer, x, cache, i, mask, want_qk, heads.get(i, ()) if heads else ())
             if qk is not None:
                 qks.append(qk)
         cache.advance(tokens.shape[-1])
