@@ -13,16 +13,13 @@ called (docs/benchmarks.md, "A decoder step without module calls").
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import NamedTuple, cast
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import SelfAttention, cross_attend, merge_heads, self_attend, split_heads, split_qkv
 from .kv_cache import KVCache
-
-if TYPE_CHECKING:
-    from .whisper import DecoderBlock
 
 Kernel = Callable[[Tensor], Tensor]
 
@@ -42,9 +39,9 @@ class LayerKernels(NamedTuple):
     n_head: int
 
     @classmethod
-    def of(cls, block: DecoderBlock) -> LayerKernels:
-        """Gathered anew each pass, never kept: a model's modules may be replaced (quantisation)
-        or their weights swapped after one."""
+    def of(cls, block: nn.Module) -> LayerKernels:
+        """A :class:`~.whisper.DecoderBlock`'s. Gathered anew each pass, never kept: a model's
+        modules may be replaced (quantisation) or their weights swapped after one."""
         parts = _children(block)
         attn, cross = cast(SelfAttention, parts["attn"]), _children(parts["cross_attn"])
         fc1, _, fc2 = _children(parts["mlp"]).values()

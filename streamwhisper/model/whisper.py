@@ -206,8 +206,7 @@ class TextDecoder(nn.Module):
         x = x.to(cache.dtype)
         qks: list[Tensor] = []
         for i, block in enumerate(self.blocks):
-            layer = LayerKernels.of(cast(DecoderBlock, block))
-            x, qk = decoder_layer(layer, x, cache, i, mask, want_qk, heads.get(i, ()) if heads else ())
+            x, qk = decoder_layer(LayerKernels.of(block), x, cache, i, mask, want_qk, heads.get(i, ()) if heads else ())
             if qk is not None:
                 qks.append(qk)
         cache.advance(tokens.shape[-1])
