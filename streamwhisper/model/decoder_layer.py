@@ -3,11 +3,11 @@
 A decoded token runs four or six blocks (tiny, base) of about fifteen small operations each, on
 one row of 384 or 512 values, and calling them through nn.Module costs as much as many of the
 kernels: its ``__call__`` (hooks, dispatch) and its attribute lookup of a submodule
-(``block.attn``, about 1 us on an AVX2 EPYC: it falls through to ``__getattr__``). :class:`LayerKernels` holds a
-block's modules' bound ``forward`` methods, gathered from their registries once per decoder
-pass, and :func:`decoder_layer` is the block over them: the only implementation of it. Module
-hooks are not called. A decoder step on tiny.en takes about 10 % less than with the modules
-called (docs/benchmarks.md, "A decoder step without module calls").
+(``block.attn``, about 1 us on an AVX2 EPYC: it falls through to ``__getattr__``).
+:class:`LayerKernels` holds a block's modules' bound ``forward`` methods, gathered from their
+registries once per decoder pass, and :func:`decoder_layer` is the block over them: the only
+implementation of it. Module hooks are not called. A decoder step on tiny.en takes about 10 %
+less than with the modules called (docs/benchmarks.md, "A decoder step without module calls").
 """
 
 from __future__ import annotations
