@@ -43,13 +43,12 @@ class LayerKernels(NamedTuple):
         """A :class:`~.whisper.DecoderBlock`'s. Gathered anew each pass, never kept: a model's
         modules may be replaced (quantisation) or their weights swapped after one."""
         parts = _children(block)
-        attn, cross = cast(SelfAttention, parts["attn"]), _children(parts["cross_attn"])
-        fc1, _, fc2 = _children(parts["mlp"]).values()
-        qkv, attn_out = _children(attn).values()
+        attn = cast(SelfAttention, parts["attn"])
+        own, cross, mlp = _children(attn), _children(parts["cross_attn"]), _children(parts["mlp"])
         return cls(
-            parts["attn_ln"].forward, qkv.forward, attn_out.forward,
+            parts["attn_ln"].forward, own["qkv"].forward, own["out"].forward,
             parts["cross_attn_ln"].forward, cross["query"].forward, cross["out"].forward,
-            parts["mlp_ln"].forward, fc1.forward, fc2.forward, attn.n_head,
+            parts["mlp_ln"].forward, mlp["0"].forward, mlp["2"].forward, attn.n_head,
         )  # fmt: skip
 
 
