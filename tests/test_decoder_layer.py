@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from streamwhisper.model.attention import split_heads, split_qkv
+from streamwhisper.model.attention import cross_attend, split_heads, split_qkv
 from streamwhisper.model.whisper import ModelDimensions, Whisper
 
 DIMS = ModelDimensions(
@@ -79,3 +79,19 @@ def test_a_module_replaced_after_a_pass_is_the_one_the_next_pass_uses(model: Whi
         want, _ = fresh.decoder(tokens, fresh.new_cache(features))
     assert not torch.allclose(after, before, atol=1e-3)
     torch.testing.assert_close(after, want, atol=0, rtol=0)
+
+
+def test_cross_attention_that_keeps_heads_scores_attends_as_the_fused_kernel() -> None:
+    """With alignment heads the attention is plain matmuls (the keys read once): the same
+    attention as the fused kernel's, padded frames hidden, and those heads' unmasked scores."""
+    torch.manual_seed(2)
+    q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 10, 8), torch.randn(2, 4, 10, 8)
+    mask = torch.ones(2, 1, 1, 10, dtype=torch.bool)
+    mask[1, ..., 6:] = False  # the second window is shorter: its last four frames are padding
+    fused, none = cross_attend(q, k, v, mask)
+    attended, scores = cross_attend(q, k, v, mask, heads=(0, 2, 3))
+    _, every = cross_attend(q, k, v, mask, want_qk=True)
+    assert none is None and scores is not None and every is not None
+    torch.testing.assert_close(attended, fused, atol=1e-6, rtol=1e-5)
+    assert torch.equal(scores, every[:, [0, 2, 3]])
+    torch.testing.assert_close(scores, (q[:, [0, 2, 3]] @ k[:, [0, 2, 3]].transpose(-1, -2)) / 8**0.5)

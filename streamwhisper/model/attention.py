@@ -119,11 +119,16 @@ def cross_attend(
 
     ``mask`` (B, 1, 1, S) bool hides padded audio frames; the returned scores are unmasked. With
     ``want_qk`` also returns every head's scores (B, H, T, S); else with ``heads`` those heads'
-    scores (B, len(heads), T, S), the attention itself still fused (what word timings need from
-    a decoding pass, at little extra cost).
+    scores (B, len(heads), T, S), what word timings need from a decoding pass.
+
+    Without scores the attention is PyTorch's fused kernel. With them, on a CPU, it is plain
+    matmuls whose scores are kept: the keys are read once, where the fused kernel and a second
+    product for the heads read them twice (copied first when a batch's rows are separate
+    windows): a step of eight batched windows 18 % faster on the AVX2 EPYC. Elsewhere (a GPU, not
+    measured) the fused kernel stays.
     """
     scale = q.shape[-1] ** -0.5
-    if not want_qk:
+    if not want_qk and (not heads or q.device.type != "cpu"):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if not heads:
             return out, None
@@ -134,7 +139,7 @@ def cross_attend(
     qk = (q * scale) @ k.transpose(-1, -2)  # (B, H, T, S)
     scores = qk.float() if mask is None else qk.float().masked_fill(~mask, -torch.inf)
     weights = scores.softmax(dim=-1).to(q.dtype)
-    return weights @ v, qk.float()
+    return weights @ v, (qk if want_qk else qk[:, list(heads)]).float()
 
 
 def _runs(heads: Sequence[int]) -> list[tuple[int, int]]:
