@@ -183,8 +183,9 @@ class InferenceWorker:
             self._cond.notify_all()
 
     async def stop(self, within_s: float | None = None) -> None:
-        """Drop what is still queued (``done(None)``) and wait for the batch under way to end (at
-        most ``within_s`` seconds: the thread is a daemon thread, it does not keep the process)."""
+        """Drop what is still queued (``done(None)``) and wait for the batch under way to end and
+        the threads to return (at most ``within_s`` seconds: they are daemon threads, they do not
+        keep the process)."""
         ended = asyncio.Event()
         loop = asyncio.get_running_loop()
         with self._cond:
@@ -199,6 +200,8 @@ class InferenceWorker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(within_s):  # on the loop's clock
                     await ended.wait()
+                    # the last thread out signals from its finally block: see each one return
+                    await asyncio.to_thread(_join, self._threads)
             if not ended.is_set():
                 logger.warning("stopped without waiting for the batch under way")
             self._threads = []
@@ -383,3 +386,8 @@ def _awaited(batch: list[_Job]) -> bool:
 def _deliver(job: _Job, outcome: Outcome) -> None:
     if not job.cancelled:
         job.done(outcome)
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join()
