@@ -21,7 +21,7 @@ from streamwhisper.errors import ConfigError
 from streamwhisper.model.decoding import DecodeOptions, compression_ratio, decode, initial_tokens, with_temperature
 from streamwhisper.model.fallback import FallbackRule
 from streamwhisper.model.logit_filters import ApplyTimestampRules, SuppressBlank, SuppressTokens, suppress_token_ids
-from streamwhisper.model.token_decoders import GreedyDecoder, rank_by_likelihood, row_topk
+from streamwhisper.model.token_decoders import GreedyDecoder, rank_by_likelihood, row_argmax, row_topk
 from streamwhisper.model.tokenizer import Tokenizer, get_tokenizer
 from streamwhisper.model.whisper import Whisper
 from streamwhisper.transcribe import TranscribeOptions, Transcriber
@@ -400,6 +400,20 @@ def test_row_topk_equals_topk(width: int) -> None:
     assert torch.equal(values, expected.values)
     assert torch.equal(x.gather(1, ids), expected.values)  # the same values (ties may swap ids)
     assert ids[1, :3].sort().values.tolist() == [width - 3, width - 2, width - 1]
+
+
+def test_row_argmax_equals_argmax() -> None:
+    """The first of equal maxima, rows of suppressed tokens, a view of a step's last logits, and
+    float16 rows, as torch's argmax gives them."""
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, 3, 51864, generator=generator) * 4
+    logits[:, :, ::7] = -torch.inf
+    logits[0, -1, 9000] = logits[0, -1, 40000] = 50.0  # a tie: the first wins
+    logits[1, -1, :] = -torch.inf  # every token suppressed
+    logits[2, -1, -1] = 60.0  # the last token
+    for x in (logits[:, -1], logits[:, -1].contiguous(), logits[:, -1].half()):
+        assert torch.equal(row_argmax(x), x.argmax(dim=-1))
+    assert row_argmax(logits[:, -1]).tolist()[:3] == [9000, 0, 51863]
 
 
 def test_rank_by_likelihood() -> None:

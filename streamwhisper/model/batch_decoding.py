@@ -35,6 +35,7 @@ from .decoding import (
 from .interrupt import checkpoint
 from .kv_cache import KVCache
 from .logit_filters import suppress_token_ids
+from .token_decoders import row_argmax
 from .tokenizer import Task, Tokenizer, get_tokenizer
 from .whisper import DecoderBlock, Whisper
 
@@ -200,7 +201,7 @@ def decode_greedy_batch(
             logits[:, blank] = -torch.inf
         if suppress:
             logits[:, suppress] = -torch.inf
-        last = logits.argmax(dim=-1).cpu()
+        last = row_argmax(logits).cpu()
         logprobs = F.log_softmax(logits.float(), dim=-1).cpu()
         live = batch[alive]
         current = logprobs[alive, last[alive]]

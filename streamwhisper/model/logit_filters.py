@@ -79,7 +79,7 @@ class ApplyTimestampRules:
                 logits[:, ts_begin + self.max_initial + 1 :] = -np.inf
         logprobs = F.log_softmax(logits.float(), dim=-1)
         ts_logprob = logprobs[:, ts_begin:].logsumexp(dim=-1)
-        max_text = logprobs[:, :ts_begin].max(dim=-1).values
+        max_text = logprobs[:, :ts_begin].amax(dim=-1)  # (max(dim) would also find where: 10x slower)
         for k in torch.nonzero(ts_logprob > max_text).flatten().tolist():
             logits[k, :ts_begin] = -np.inf
 
