@@ -85,7 +85,7 @@ def row_argmax(x: Tensor) -> Tensor:
     """
     if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float16):
         return x.argmax(dim=-1)
-    return torch.from_numpy(x.numpy().argmax(axis=-1))
+    return torch.from_numpy(x.detach().numpy().argmax(axis=-1))
 
 
 def row_topk(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
