@@ -20,6 +20,7 @@ from streamwhisper.model.recognizer import RecognitionRequest
 from streamwhisper.runtime.replay import drive
 from streamwhisper.streaming.agreement import CommitPolicy
 from streamwhisper.streaming.config import PolicyConfig, StreamingConfig
+from streamwhisper.streaming.screening import unheard_after
 from streamwhisper.streaming.streamer import Streamer
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -253,6 +254,46 @@ def test_a_reopened_window_keeps_a_new_word_like_the_last_committed_one_after_th
     said = [(" you.", 0.4, 0.9), (" You", 1.8, 2.0), (" know", 2.0, 2.3), (" what", 2.3, 2.5)]
     p.observe(hyp(said), 0.0, 2.9)
     assert texts(p.observe(hyp(said), 0.0, 2.9)) == [("Final", "You know"), ("Partial", "what")]
+
+
+@pytest.mark.parametrize("unsaid", [True, False])
+def test_a_reopened_window_keeps_the_words_a_pause_hypothesis_never_said(unsaid: bool) -> None:
+    """LJ001-0014 at a slow cadence: the pause's decoder stopped at "part of their" (aligned to the
+    window's end), the utterance closed on that hypothesis (``unsaid``: no endpoint request) and
+    its endpoint moved the commit point past "productions, whatever they were.". The reopened
+    window says them after the committed words: kept, from the last committed word's end. After
+    an endpoint's own hypothesis, which heard that audio and said nothing, they are dropped."""
+    words = [(" a", 0.0, 0.2), (" part", 0.2, 0.6), (" of", 0.6, 0.8), (" their", 0.8, 2.4)]
+    said = [(" part", 0.2, 0.6), (" of", 0.6, 0.8), (" their", 0.8, 1.0), (" productions,", 1.0, 1.6)]
+    said += [(" whatever", 1.6, 2.0), (" were.", 2.0, 2.45), (" The", 3.2, 3.4), (" Middle", 3.4, 3.7)]
+    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p.observe(hyp(words), 0.0, 2.5)  # the pause's hypothesis
+    p.close(3.0, unsaid=unsaid)
+    assert p.committed_end == 3.0 and p.context(0.1) == ("", "")  # reopened: heard again
+    p.observe(hyp(said, 0.1), 0.1, 4.5)
+    final = p.observe(hyp(said, 0.1), 0.1, 4.5)[0]
+    assert isinstance(final, Final)
+    assert final.text == ("productions, whatever were. The Middle" if unsaid else "The Middle")
+    assert final.start == (2.4 if unsaid else 3.2)
+
+
+def test_unheard_after_finds_the_committed_words_said_again() -> None:
+    """The first word after the committed ones said again (those in the window said first, or the
+    last two said near where they were committed), when words before the commit point follow."""
+    said = [(" a", 0.0, 0.2), (" part", 0.2, 0.6), (" of", 0.6, 0.8), (" their", 0.8, 2.4)]
+    tail = [Word(w, s, e, 0.9) for w, s, e in said]
+    cfg = PolicyConfig()
+
+    def at(said: list[tuple[str, float, float]], start: float, committed_end: float = 3.0) -> int | None:
+        return unheard_after(hyp(said, start).words, start, tail, committed_end, cfg)
+
+    new = [(" productions,", 1.0, 1.6), (" were.", 2.0, 2.45), (" The", 3.2, 3.4)]
+    assert at([(" of", 0.6, 0.8), (" their", 0.8, 1.0), *new], 0.7) == 2  # the words in the window
+    assert at([(" part", 0.2, 0.6), (" Of", 0.6, 0.8), (" their", 0.8, 1.0), *new], 0.1) == 3  # the last two
+    assert at([(" part", 0.2, 0.6), (" of", 0.6, 0.8), (" their", 0.8, 1.0), *new], 0.1, 1.2) is None  # none follows
+    assert at([(" part", 0.2, 0.6), (" of", 0.6, 0.8), (" there", 0.8, 1.0), *new], 0.1) is None  # not said again
+    far = [(" of", 0.6, 0.8), (" their", 0.8, 1.0), (" own", 1.0, 1.2), (" of", 1.2, 1.3), (" their", 1.3, 1.4)]
+    assert at([*far, (" own", 1.4, 2.0)], 0.5) == 5  # the latest
 
 
 def test_a_reopened_window_drops_the_committed_tail_heard_again_across_the_commit_point() -> None:

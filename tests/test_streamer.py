@@ -779,6 +779,36 @@ def test_finalize_in_a_pause_uses_the_pause_hypothesis_at_once() -> None:
     check_stream(events, spoken)
 
 
+class StopsEarlyAtPauses(ToneRecognizer):
+    """Hears the tones, except that the decoding of a window that ends in quiet (not the
+    endpoint's) stops before its last three words, as Whisper's may at a window's end; unstable:
+    hypotheses never agree, so the words stay pending until the pause."""
+
+    def __init__(self) -> None:
+        super().__init__(unstable=True)
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+        out = []
+        for r, h in zip(requests, super().recognize(requests), strict=True):
+            quiet = bool(h.words) and h.words[-1].end < r.end - r.start - 0.1
+            out.append(replace(h, words=h.words[:-3]) if quiet and not r.endpoint else h)
+        return out
+
+
+def test_a_pause_hypothesis_that_stopped_before_the_speech_did_leaves_the_endpoint_its_own_request() -> None:
+    """LJ001-0014 streamed at a slow cadence: the pause's decoding stopped at "the wood cutters",
+    2.6 s before the speech ended, and the utterance closed on it; the next one began too late to
+    hear that audio again, and "of the Netherlands by a similar process" was lost. Its words end
+    1.2 s before the speech here (more than pause_unheard_s): the endpoint has its own request and
+    no word is lost. (With pause_unheard_s=10, "w3 w4 w5" are lost.)"""
+    words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(6)]  # 0.5 .. 2.8 s
+    audio, spoken = tone_words(9.0, [*words, (10, 7.5, 7.8), (11, 7.9, 8.2)])  # 4.7 s later: not carried
+    recognizer = StopsEarlyAtPauses()
+    events = feed_all(Streamer(vad=EnergyVad()), recognizer, audio, [480])
+    check_stream(events, spoken)
+    assert [r.endpoint for r in recognizer.requests if r.urgent and r.end < 4.0] == [False, True]
+
+
 class DroppedAtPauses(ToneRecognizer):
     """Hears the tones, except that the hypothesis of a pause (urgent, not the endpoint) is one
     the policy drops (log-probability below its floor)."""

@@ -82,6 +82,7 @@ class CommitPolicy:
         self._prompt, self._closed_prompt = "", ""  # the prompt; the same as a finished sentence
         self._unheard = False  # a reopened window of this utterance heard nothing new
         self._doubted: tuple[float, float] | None = None  # an utterance's words dropped as doubted
+        self._unsaid = False  # the last utterance closed without an endpoint hypothesis (see close)
         self._restart: float | None = None  # where the utterance's windows gave way
         self._marks: dict[Word, float] = {}  # the latest placed words' closing marks' probabilities
         self.heard = False  # the latest hypothesis had words of its own (pending ones may be older)
@@ -191,7 +192,8 @@ class CommitPolicy:
         return not placed and not reason
 
     def close(
-        self, end: float, *, speech_goes_on: bool = False, doubted: tuple[float, float] | None = None
+        self, end: float, *, speech_goes_on: bool = False, doubted: tuple[float, float] | None = None,
+        unsaid: bool = False,
     ) -> list[Event]:
         """End the utterance at ``end``: the pending words become an endpoint ``Final``.
 
@@ -202,6 +204,8 @@ class CommitPolicy:
         whose first words repeating the committed ones are dropped.
         ``doubted``: the window of the utterance's last hypothesis, whose words were dropped as doubted
         (or copied): the commit point stays before them, for a window reopened over them (:meth:`reopen_point`).
+        ``unsaid``: no hypothesis heard the audio to ``end`` (its decoder may have stopped before the last
+        words): a window reopened over the utterance keeps the words it says after the committed ones.
         """
         events: list[Event] = []
         self._doubted = None if speech_goes_on else doubted
@@ -210,6 +214,7 @@ class CommitPolicy:
         elif self._shown:
             events.append(self._partial(()))
         self._pending, self._seen, self._shown, self._finals_in_utterance, self.answer_owed = [], [], "", 0, False
+        self._unsaid = unsaid and not speech_goes_on
         self._utterance_start, self._unheard, self._restart = None, False, None
         if speech_goes_on:
             self._soft_boundary = bool(self._tail)
@@ -349,14 +354,8 @@ class CommitPolicy:
     ) -> list[Word]:
         """Absolute, monotonic, clamped words that are not yet committed (see :func:`.place_words`)."""
         placed, self._marks = place_words(
-            words,
-            window_start,
-            window_end,
-            prefixed,
-            tail=self._tail,
-            committed_end=self._committed_end,
-            soft_boundary=self._soft_boundary,
-            config=self._config,
+            words, window_start, window_end, prefixed, tail=self._tail, committed_end=self._committed_end,
+            soft_boundary=self._soft_boundary, unsaid=self._unsaid and self._rehears(window_start), config=self._config,
         )
         return placed
 

@@ -173,6 +173,11 @@ class StreamingConfig:
     # that hypothesis is the endpoint's: the final comes with the endpoint, without another
     # request. 0 disables both (and every pause then has requests at the step).
     pause_hold_ms: int = 150
+    # ... unless that hypothesis's last word ends more than pause_unheard_s before the speech: its
+    # decoder stopped early, as it may at a window's end (LJ's "the wood cutters", then 2.6 s of
+    # speech unsaid), and the endpoint has its own request. In the conversation_tune replay, the
+    # pause hypotheses that closed an utterance ended at most 0.80 s before its speech.
+    pause_unheard_s: float = 1.0
     # A client's endpointing shorter than the VAD's endpoint (Deepgram's endpointing=25): when
     # the pause's hypothesis comes back and the speaker is still quiet, its words become final
     # at once (an endpoint final) and the utterance goes on, its window and context intact.
@@ -221,6 +226,7 @@ class StreamingConfig:
         _check(0.0 < self.early_step_s <= 10.0, "early_step_s must be in (0, 10]")
         _check(0.0 < self.first_step_s <= 10.0, "first_step_s must be in (0, 10]")
         _check(0 <= self.pause_hold_ms <= 10_000, "pause_hold_ms must be in [0, 10000]")
+        _check(self.pause_unheard_s >= 0, "pause_unheard_s must be >= 0")
         _check(1.0 <= self.max_window_s <= 30.0, "max_window_s must be in [1, 30]")
         _check(0.0 <= self.trim_after_s <= self.max_window_s, "trim_after_s must be in [0, max_window_s]")
         _check(0.0 <= self.trim_keep_s <= 10.0, "trim_keep_s must be in [0, 10]")

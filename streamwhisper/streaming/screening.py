@@ -39,6 +39,9 @@ NON_LEXICAL = frozenset(
 SHORT_HYPOTHESIS_WORDS = 3
 # A word the alignment gives less audio than this (one 20 ms step) was not heard in the window.
 UNTIMED_WORD_S = 0.02
+# Committed words a reopened window must say again, in order, to mark where its new words begin
+# (see unheard_after): two, as a single word ("the") recurs too often.
+REHEARD_MATCH_WORDS = 2
 FULL_STOPS = ".。"
 
 
@@ -281,21 +284,28 @@ def place_words(
     committed_end: float,
     soft_boundary: bool,
     config: PolicyConfig,
+    unsaid: bool = False,
 ) -> tuple[list[Word], dict[Word, float]]:
     """A window's words, absolute, monotonic, clamped to the window and not yet committed, and
     each one's closing mark's probability. ``tail``: the committed words (the commit point at
     ``committed_end``; ``soft_boundary``: it lies inside continuous speech); ``prefixed``: the
-    window was decoded after the committed words it holds, which are not in ``words``."""
+    window was decoded after the committed words it holds, which are not in ``words``; ``unsaid``:
+    it was not, and the utterance of the committed words closed without a hypothesis of its end
+    (see :func:`unheard_after`)."""
     out: list[Word] = []
     marks: dict[Word, float] = {}
-    prev_end = commit = committed_end
+    commit = committed_end
     last = tail[-1] if tail else None
+    resume = unheard_after(words, window_start, tail, committed_end, config) if unsaid else None
+    # (words after the committed ones: from the last committed word's end, for monotonic finals)
+    prev_end = last.end if resume is not None and last is not None else commit
     across = False  # the first new word of a reopened window starts before the commit point
-    for w in words:
+    for i, w in enumerate(words):
         start, end = window_start + w.start, window_start + w.end
         if start >= window_end:  # decoded into the padding after the audio
             break
-        if not prefixed and (end <= commit or heard_again(w.word, start, end, None if out else last, commit)):
+        committed = end <= commit or heard_again(w.word, start, end, None if out else last, commit)
+        if not prefixed and committed and (resume is None or i < resume):
             continue  # audio already committed
         across = across or (not out and not prefixed and start < commit)
         start = min(max(start, prev_end), window_end)
@@ -313,6 +323,41 @@ def place_words(
     # repeating them are the decoder saying its last phrase again (two words at least: a
     # single repeated word may be a real "the the").
     return drop_repeated_tail(out, tail, committed_end, config, min_words=2 if prefixed else 1), marks
+
+
+def unheard_after(
+    words: Sequence[HypothesisWord],
+    window_start: float,
+    tail: Sequence[Word],
+    committed_end: float,
+    config: PolicyConfig,
+) -> int | None:
+    """In a window decoded without a prefix, reopened over committed words: the index of the first
+    word after those words said again, when words timed before the commit point follow them; None
+    when none do, or the committed words are not said again.
+
+    The utterance before closed on a pause's hypothesis whose decoder stopped before its last
+    words ("... part of their" committed, "productions, whatever they were." unsaid); its endpoint
+    moved the commit point past them, and by time alone the reopened window's "part of their
+    productions, whatever they were. The Middle Ages ..." would lose them. The committed words in
+    the window said first, or else the last ``REHEARD_MATCH_WORDS`` committed words said about
+    where they were committed (within ``dedupe_window_s``), mark where the new words begin."""
+    before = 0  # the words timed before the commit point (in order)
+    while before < len(words) and window_start + words[before].end <= committed_end:
+        before += 1
+    heard = [normalize_word(w.word) for w in words[:before]]
+    inside = [normalize_word(w.word) for w in tail if w.end > window_start]
+    if inside and heard[: len(inside)] == inside:
+        return len(inside) if len(inside) < before else None
+    n = REHEARD_MATCH_WORDS
+    if len(tail) < n:
+        return None
+    said = [normalize_word(tail[i].word) for i in range(len(tail) - n, len(tail))]
+    for j in range(before - 1, n - 2, -1):  # j: the last word of the match, the latest match first
+        if heard[j - n + 1 : j + 1] == said:
+            near = window_start + words[j - n + 1].start >= tail[-n].start - config.dedupe_window_s
+            return j + 1 if near and j + 1 < before else None
+    return None
 
 
 def without_unsure_stop(words: Sequence[Word], marks: Mapping[Word, float], floor: float) -> list[Word]:

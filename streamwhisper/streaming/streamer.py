@@ -301,7 +301,8 @@ class Streamer:
         self._inflight = None
         events: list[Event] = []
         if inflight is not None and inflight.endpoint:
-            events.extend(self._policy.close(inflight.end / SAMPLE_RATE, speech_goes_on=inflight.speech_goes_on))
+            goes_on = inflight.speech_goes_on  # (its audio unheard: see CommitPolicy.close)
+            events.extend(self._policy.close(inflight.end / SAMPLE_RATE, speech_goes_on=goes_on, unsaid=True))
             if inflight.held:
                 self._end_utterance()
         elif inflight is not None:
@@ -362,10 +363,18 @@ class Streamer:
         # heard to the end by a pause's hypothesis, or nothing voiced (begun at a finalize in a pause)
         end, cadence = self._speech_end, self._cadence
         by_pause = bool(cadence.hold) and end is not None and cadence.reaches(self._heard_to, end)
+        if by_pause and end is not None:  # ... and its words went on to about the speech's end
+            pending = self._policy.pending
+            said_to = pending[-1].end if pending else self._policy.last_word_end
+            by_pause = said_to is not None and end / SAMPLE_RATE - said_to <= self._config.pause_unheard_s
+            if not by_pause:
+                logger.debug("the pause's words end at %s s, its speech at %.2f s: decoded to the endpoint",
+                             said_to, end / SAMPLE_RATE)
         heard = end is not None and end <= self._utterance_start or by_pause
         if not heard and self._endpoint_at // HOP_LENGTH > max(self._audio.start, self._utterance_start) // HOP_LENGTH:
             return []
-        events = self._policy.close(self._endpoint_at / SAMPLE_RATE, speech_goes_on=self._speech_goes_on)
+        endpoint = self._endpoint_at / SAMPLE_RATE
+        events = self._policy.close(endpoint, speech_goes_on=self._speech_goes_on, unsaid=by_pause)
         self._end_utterance()
         return events
 
