@@ -796,7 +796,7 @@ class StopsEarlyAtPauses(ToneRecognizer):
 
 
 def test_a_pause_hypothesis_that_stopped_before_the_speech_did_leaves_the_endpoint_its_own_request() -> None:
-    """LJ001-0014 streamed at a slow cadence: the pause's decoding stopped at "the wood cutters",
+    """LJ001-0003 streamed at a slow cadence: the pause's decoding stopped at "the wood cutters",
     2.6 s before the speech ended, and the utterance closed on it; the next one began too late to
     hear that audio again, and "of the Netherlands by a similar process" was lost. Its words end
     1.2 s before the speech here (more than pause_unheard_s): the endpoint has its own request and

@@ -174,11 +174,11 @@ def test_a_short_endpointing_keeps_the_full_stops_of_sentence_ends(model: Whispe
 def test_a_slow_cadence_loses_no_word_at_pauses(
     model: Whisper, config: StreamingConfig, cost_s: float, phrases: list[str]
 ) -> None:
-    """LJ001-0013 and -0014 0.8 s apart, each request taking ``cost_s`` of the stream's time (a
-    client's endpointing=25 is a 30 ms pause hold). Pauses' windows end 0.1-0.2 s after the
-    speech, and their decoders stopped early: at "the wood cutters", 2.6 s before the speech
+    """The LJ clips 0.8 s apart, each request taking ``cost_s`` of the stream's time (a client's
+    endpointing=25 is a 30 ms pause hold). Pauses' windows end 0.1-0.2 s after the speech, and
+    their decoders stopped early: in LJ001-0003 at "the wood cutters", 2.6 s before the speech
     ended, the next utterance too far to hear it again (the endpoint's own request says it); at
-    "part of their", aligned to the window's end, the next utterance reopened over it (it keeps
+    "part of their" (LJ001-0014), aligned to the window's end, the next utterance reopened over it (it keeps
     the words said after the committed ones, though timed before the commit point)."""
     from benchmarks.streaming import SimulatedTimer
 

@@ -304,8 +304,8 @@ def place_words(
         start, end = window_start + w.start, window_start + w.end
         if start >= window_end:  # decoded into the padding after the audio
             break
-        committed = end <= commit or heard_again(w.word, start, end, None if out else last, commit)
-        if not prefixed and committed and (resume is None or i < resume):
+        recheck = not prefixed and (resume is None or i < resume)  # (words from resume on are new)
+        if recheck and (end <= commit or heard_again(w.word, start, end, None if out else last, commit)):
             continue  # audio already committed
         across = across or (not out and not prefixed and start < commit)
         start = min(max(start, prev_end), window_end)
