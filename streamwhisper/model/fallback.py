@@ -4,8 +4,9 @@ Offline transcription (:mod:`streamwhisper.transcribe`) and the streaming recogn
 (:mod:`streamwhisper.model.serving`) both decode a window at each temperature of a
 :class:`FallbackRule` in turn, until the result is neither a loop (text that zlib compresses
 better than ``compression_ratio_threshold``) nor garbage (an average log-probability below
-``logprob_threshold``, unless the model calls the window silent: ``no_speech_prob`` above
-``no_speech_threshold``). Their defaults differ only in the temperatures.
+``logprob_threshold``), unless the model calls the window silent (``no_speech_prob`` above
+``no_speech_threshold`` and the average log-probability low). Their defaults differ only in
+the temperatures.
 
 Imports no torch: the settings are loaded with the rest of the configuration.
 """
@@ -70,12 +71,15 @@ class FallbackRule:
         )
 
     def needs_fallback(self, result: Decoded) -> bool:
-        """True when a window's decoding looks like a loop or garbage (and not like silence)."""
-        if self.is_loop(result):
-            return True
+        """True when a window's decoding looks like a loop or garbage, and not like silence.
+
+        As in openai-whisper and faster-whisper, silence (no-speech above its threshold with
+        unsure text) wins over a loop too: that window is skipped, not decoded again at a higher
+        temperature, which costs a decoding and may give text sure enough to be kept.
+        """
         low_logprob = self.logprob_threshold is not None and result.avg_logprob < self.logprob_threshold
         silent = self.no_speech_threshold is not None and result.no_speech_prob > self.no_speech_threshold
-        return low_logprob and not silent
+        return (self.is_loop(result) or low_logprob) and not (silent and low_logprob)
 
     def is_silence(self, result: Decoded) -> bool:
         """Whisper's skip rule: a confident no-speech unless the text is itself confident."""
