@@ -37,7 +37,7 @@ from streamwhisper.model.sources import (
     resolve_weights,
 )
 from streamwhisper.model.weights import LoadedWeights, build_model, load_openai_checkpoint
-from streamwhisper.model.whisper import ModelDimensions, Whisper
+from streamwhisper.model.whisper import ModelDimensions, TextDecoder, Whisper
 
 # The local HTTP server's handler threads close their sockets on their own schedule; under load the
 # garbage collector can report one of them as unraisable during a later test. Not our code's leak
@@ -257,6 +257,25 @@ def test_writer_reproduces_packaged_model_bin(tiny_files, tiny_variables):
     assert aliases == {"decoder/projection/weight": "decoder/embeddings/weight"}
     assert ct2_writer.encode_model(plain, aliases) == tiny_files[0][0].read_bytes()
 
+
+def test_loading_a_model_does_not_import_torch_dynamo():
+    """A model built on the meta device runs no PyTorch Python meta kernel: the first of them
+    imports torch._dynamo (seconds of loading and about 70 MB resident, for nothing)."""
+    code = (
+        "import sys; import streamwhisper.model.loading as l; l.load_model('tiny.en', compute_type='mixed'); "
+        "print(sorted(m for m in sys.modules if m.startswith(('torch._dynamo', 'sympy'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]", out.stdout[:300]
+
+
+def test_a_decoder_built_on_the_cpu_has_nn_embedding_s_initialisation():
+    torch.manual_seed(0)
+    table = TextDecoder(n_vocab=300, n_ctx=8, n_state=16, n_head=2, n_layer=1).token_embedding.weight
+    torch.manual_seed(0)
+    assert torch.equal(table, torch.nn.Embedding(300, 16).weight)
+    with torch.device("meta"):
+        assert Whisper(TINY_DIMS).decoder.token_embedding.weight.is_meta
 
 def test_packaged_tiny_weights(tiny_weights):
     assert tiny_weights.dims == TINY_DIMS

@@ -51,11 +51,16 @@ class ModelDimensions:
 
 
 def sinusoids(length: int, channels: int, max_timescale: float = 10_000.0) -> Tensor:
-    """Whisper's fixed sinusoidal encoder positions, shape (length, channels)."""
+    """Whisper's fixed sinusoidal encoder positions, shape (length, channels), on the CPU.
+
+    On the CPU even when the model is built on the meta device (``weights.build_model``): there
+    ``exp`` and ``sin`` run PyTorch's Python meta kernels, whose first use imports torch._dynamo
+    (seconds of loading and about 70 MB resident, for a buffer the checkpoint replaces).
+    """
     assert channels % 2 == 0
     log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
-    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
-    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2, device="cpu"))
+    scaled_time = torch.arange(length, device="cpu")[:, None] * inv_timescales[None, :]
     return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
 
 
@@ -167,7 +172,10 @@ class TextDecoder(nn.Module):
     def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int) -> None:
         super().__init__()
         self.n_head = n_head
-        self.token_embedding = nn.Embedding(n_vocab, n_state)
+        # nn.Embedding's own initialisation, but not on the meta device (see sinusoids)
+        self.token_embedding = nn.Embedding(n_vocab, n_state, _weight=torch.empty(n_vocab, n_state))
+        if not self.token_embedding.weight.is_meta:
+            nn.init.normal_(self.token_embedding.weight)
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList([DecoderBlock(n_state, n_head) for _ in range(n_layer)])
         self.ln = LayerNorm(n_state)
