@@ -51,17 +51,18 @@ class ModelDimensions:
 
 
 def sinusoids(length: int, channels: int, max_timescale: float = 10_000.0) -> Tensor:
-    """Whisper's fixed sinusoidal encoder positions, shape (length, channels), on the CPU.
+    """Whisper's fixed sinusoidal encoder positions, shape (length, channels), on the default device.
 
-    On the CPU even when the model is built on the meta device (``weights.build_model``): there
-    ``exp`` and ``sin`` run PyTorch's Python meta kernels, whose first use imports torch._dynamo
-    (seconds of loading and about 70 MB resident, for a buffer the checkpoint replaces).
+    Computed on the CPU even when the model is built on the meta device (``weights.build_model``):
+    there ``exp`` and ``sin`` run PyTorch's Python meta kernels, whose first use imports
+    torch._dynamo (seconds of loading and about 70 MB resident, for a buffer the checkpoint replaces).
     """
     assert channels % 2 == 0
     log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
     inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2, device="cpu"))
     scaled_time = torch.arange(length, device="cpu")[:, None] * inv_timescales[None, :]
-    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+    table = torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+    return table.to(torch.empty(0).device)
 
 
 class LayerNorm(nn.LayerNorm):
