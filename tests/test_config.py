@@ -318,6 +318,42 @@ def test_each_threshold_has_one_definition() -> None:
     assert RecognizerConfig().fallback == dataclasses.replace(rule, temperatures=(0.0, 0.4))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Decoded:
+    compression_ratio: float
+    avg_logprob: float
+    no_speech_prob: float
+
+
+@pytest.mark.parametrize(
+    ("ratio", "logprob", "no_speech", "again"),
+    [
+        (1.5, -0.3, 0.1, False),  # speech
+        (2.6, -0.3, 0.1, True),  # a loop
+        (1.5, -1.2, 0.1, True),  # garbage
+        (1.5, -1.2, 0.7, False),  # silence
+        (2.6, -1.03, 0.7, False),  # silence wins over a loop (faster-whisper on news120 at 114 s)
+        (2.6, -0.9, 0.7, True),  # ... but not over a loop the decoder is sure of
+        (1.5, -0.9, 0.7, False),  # sure text the model calls silent: Whisper's skip rule decides
+    ],
+)
+def test_the_fallback_rule_is_whisper_s(ratio: float, logprob: float, no_speech: float, again: bool) -> None:
+    """openai-whisper's decode_with_fallback (and faster-whisper's): a loop or a low average
+    log-probability asks for the next temperature, unless no-speech is above its threshold with a
+    low log-probability."""
+    rule = FallbackRule()
+    first = _Decoded(ratio, logprob, no_speech)
+    assert rule.needs_fallback(first) is again
+    tried: list[float] = []
+
+    def decode_at(temperature: float) -> _Decoded:
+        tried.append(temperature)
+        return first if temperature == 0.0 else _Decoded(1.2, -0.2, no_speech)
+
+    assert rule.decode(decode_at) == (_Decoded(1.2, -0.2, no_speech) if again else first)
+    assert tried == ([0.0, 0.2] if again else [0.0])
+
+
 # ---------------------------------------------------------------- the recogniser the CLI builds
 
 
