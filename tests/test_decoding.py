@@ -261,7 +261,6 @@ def test_with_temperature_switches_between_beams_and_samples() -> None:
         with_temperature(DecodeOptions(beam_size=5, best_of=None), t).validate()
 
 
-
 # ---------------------------------------------------------------- logit filters
 
 

@@ -277,6 +277,7 @@ def test_a_decoder_built_on_the_cpu_has_nn_embedding_s_initialisation():
     with torch.device("meta"):
         assert Whisper(TINY_DIMS).decoder.token_embedding.weight.is_meta
 
+
 def test_packaged_tiny_weights(tiny_weights):
     assert tiny_weights.dims == TINY_DIMS
     heads = tiny_weights.alignment_heads
