@@ -62,7 +62,7 @@ def sinusoids(length: int, channels: int, max_timescale: float = 10_000.0) -> Te
     inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2, device="cpu"))
     scaled_time = torch.arange(length, device="cpu")[:, None] * inv_timescales[None, :]
     table = torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
-    return table.to(torch.empty(0).device)
+    return table.to(torch.get_default_device())
 
 
 class LayerNorm(nn.LayerNorm):
