@@ -75,37 +75,3 @@ def test_a_step_out_of_range_is_refused(step: float) -> None:
         cadence.step_s = step
     cadence.step_s = 2.0
     assert cadence.step_s == 2.0
-
-
-@pytest.mark.parametrize(
-    ("early_ms", "hold_ms", "starts_ms"), [(75, 150, 75), (10, 150, 75), (75, 300, 150), (150, 150, None)]
-)
-def test_a_pause_s_request_may_start_early_while_the_stream_keeps_up(
-    early_ms: int, hold_ms: int, starts_ms: int | None
-) -> None:
-    """pause_early_ms of quiet (at least half the hold, where a window reaches into the pause)
-    starts the pause's request once the window would reach into it; a window that reached it
-    leaves the held pause none of its own. Equal to the hold, nothing starts early; nor under
-    load, with a lengthened step."""
-    cadence = Cadence(StreamingConfig(pause_hold_ms=hold_ms, pause_early_ms=early_ms))
-    cadence.begin(START)
-    voiced_end = START + _samples(2.0)
-    cadence.last_request_end = voiced_end - _samples(0.3)
-
-    def due(quiet_ms: int, lag_ms: int = 0) -> bool:  # the window ends lag_ms short of the audio
-        return cadence.early_due(
-            _samples(quiet_ms / 1000), voiced_end, voiced_end + _samples((quiet_ms - lag_ms) / 1000)
-        )
-
-    starts = [ms for ms in range(0, hold_ms + 1, 5) if due(ms)]
-    assert starts[:1] == ([] if starts_ms is None else [starts_ms])
-    if starts_ms is None:
-        return
-    assert starts[-1] < hold_ms  # at the hold, the pause's own (urgent) request takes over
-    assert not due(starts_ms, lag_ms=10) and due(starts_ms + 10, lag_ms=10)  # the mel's last frame lags
-    cadence.step_s = 1.0  # a stream lagging under load
-    assert not due(starts_ms)
-    cadence.step_s = StreamingConfig().min_step_s
-    cadence.last_request_end = voiced_end + _samples(starts_ms / 1000)  # the early request was made
-    assert not due(starts_ms + 20)
-    assert not cadence.pause_due(cadence.hold, voiced_end)  # it reached into the pause

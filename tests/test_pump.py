@@ -10,7 +10,6 @@ from runtime_fakes import SR, ManualScheduler, hear
 from streamwhisper.events import Error, Event, Final, Partial
 from streamwhisper.model.recognizer import RecognitionRequest
 from streamwhisper.runtime.pump import Outcome, Pump
-from streamwhisper.streaming.config import StreamingConfig
 from streamwhisper.streaming.streamer import Streamer
 
 CHUNK = np.zeros(SR // 10, np.float32)  # 100 ms; the scripted VAD decides what is speech
@@ -31,16 +30,14 @@ class Observer:
 class Harness:
     """A pump over a stream that is speech from the first sample on (or in ``spans``)."""
 
-    def __init__(
-        self, spans: list[tuple[float, float]] | None = None, fatal: bool = False, config: StreamingConfig | None = None
-    ) -> None:
+    def __init__(self, spans: list[tuple[float, float]] | None = None, fatal: bool = False) -> None:
         self.scheduler = ManualScheduler()
         self.events: list[Event] = []
         self.observer = Observer()
         self.finished = 0
         self.failures: list[BaseException] = []
         self.pump = Pump(
-            Streamer(config, vad=SpanVad(spans or [(0.0, 1e6)])),
+            Streamer(vad=SpanVad(spans or [(0.0, 1e6)])),
             self.scheduler,
             self.events.extend,
             observer=self.observer,
@@ -259,33 +256,27 @@ def test_a_finalize_while_an_utterance_waits_behind_an_ended_one_ends_it_as_it_b
     h.pump.mark(lambda: h.events.append(MARK))
     while MARK not in h.events:
         h.answer(len(h.scheduler.jobs) - 1)
-    # the window to 1.5 s gave way to the pause's (2.0 s + 75 ms), whose hypothesis closes the first
+    # the window to 1.5 s gave way to the pause's (2.0 s + 150 ms), whose hypothesis closes the first
     superseded, pause, endpoint = [job for job in h.scheduler.jobs]
     assert superseded.cancelled and superseded.request.end == pytest.approx(1.5, abs=0.02)
-    assert not pause.request.endpoint and pause.request.end == pytest.approx(2.1, abs=0.05)
+    assert not pause.request.endpoint and pause.request.end == pytest.approx(2.2, abs=0.05)
     assert endpoint.request.endpoint and endpoint.request.end == pytest.approx(3.5, abs=0.01)
     closing = h.events[h.events.index(MARK) - 1]
     assert isinstance(closing, Final) and closing.endpoint and closing.end <= 3.5
     assert h.pump.streamer.utterances == (2, 2), "the mark waited for both"
 
 
-@pytest.mark.parametrize("early", [False, True])
-def test_a_pause_withdraws_the_partial_it_supersedes_and_its_own_request_goes_instead(early: bool) -> None:
+def test_a_pause_withdraws_the_partial_it_supersedes_and_its_own_request_goes_instead() -> None:
     """The pause's hypothesis may be the turn's final (a client's finalize or the VAD's endpoint
-    next): a partial of a window that ends before the pause would only delay it. The pause's
-    request goes at its hold (150 ms of quiet, urgent) or, by default, at pause_early_ms (75 ms)."""
-    config = StreamingConfig() if early else StreamingConfig(pause_early_ms=StreamingConfig().pause_hold_ms)
-    h = Harness(spans=[(0.0, 2.0), (2.7, 10.0)], config=config)
-    h.feed(2.0)
+    next): a partial of a window that ends before the pause would only delay it."""
+    h = Harness(spans=[(0.0, 2.0), (2.7, 10.0)])
+    h.feed(2.1)
     assert len(h.scheduler.jobs) == 1 and h.scheduler.jobs[0].request.end == pytest.approx(1.5, abs=0.02)
-    assert not h.scheduler.jobs[0].cancelled
-    h.feed(0.1)  # 100 ms of quiet after the last voiced frame: the early start's, not the hold's
-    assert h.scheduler.jobs[0].cancelled == early
-    if not early:
-        h.feed(0.1)  # 150 ms of quiet
-        assert h.scheduler.jobs[0].cancelled
+    assert not h.scheduler.jobs[0].cancelled, "100 ms of quiet is no pause yet"
+    h.feed(0.1)  # 150 ms of quiet after the last voiced frame
+    assert h.scheduler.jobs[0].cancelled
     pause = h.scheduler.jobs[1].request
-    assert pause.urgent != early and not pause.endpoint and pause.end == pytest.approx(2.1 if early else 2.2, abs=0.02)
+    assert pause.urgent and not pause.endpoint and pause.end == pytest.approx(2.2, abs=0.05)
     h.answer(1)
     h.feed(0.5)  # the VAD's endpoint (500 ms): the pause's hypothesis heard the utterance to its end
     assert len(h.scheduler.jobs) == 2, "no endpoint request"
@@ -296,7 +287,7 @@ def test_a_finalize_hastens_the_pauses_request_its_final_waits_for() -> None:
     h = Harness(spans=[(0.0, 2.0), (2.7, 10.0)])
     h.feed(2.2)  # the pause's request is out (the window to 1.5 s gave way to it)
     pause = h.scheduler.jobs[-1]
-    assert pause.request.end > 2.0 and not pause.request.endpoint and not pause.hastened
+    assert pause.request.urgent and not pause.request.endpoint and not pause.hastened
     h.pump.finalize()
     assert pause.hastened and not pause.cancelled and len(h.scheduler.jobs) == 2
     h.answer(1)
@@ -304,8 +295,7 @@ def test_a_finalize_hastens_the_pauses_request_its_final_waits_for() -> None:
 
 
 def test_a_partial_whose_window_reaches_the_pause_is_not_withdrawn() -> None:
-    held = StreamingConfig(pause_early_ms=StreamingConfig().pause_hold_ms)  # no request before the hold
-    h = Harness(spans=[(0.0, 1.8), (2.7, 10.0)], config=held)
+    h = Harness(spans=[(0.0, 1.8), (2.7, 10.0)])
     h.feed(1.5)
     h.answer(0)  # the window to 1.5 s
     h.feed(0.5)  # the next, to 2.0 s (150 ms past the speech), is out when the pause comes
@@ -331,9 +321,9 @@ def test_the_request_of_a_pause_that_heard_the_speech_to_its_end_is_kept_for_the
     h.feed(2.0)  # the speech ends at 2.0 s
     while h.pump.inflight is not None:
         h.answer(len(h.scheduler.jobs) - 1)
-    h.feed(0.3)  # 75 ms of quiet: the pause's request (early: before the 150 ms hold)
+    h.feed(0.3)  # 150 ms of quiet: the pause's request
     pause = h.scheduler.jobs[-1]
-    assert 2.0 < pause.request.end < 2.15 and not pause.request.endpoint
+    assert pause.request.urgent and not pause.request.endpoint
     h.pump.finalize()
     assert not pause.cancelled and h.scheduler.jobs[-1] is pause
     h.answer(len(h.scheduler.jobs) - 1)

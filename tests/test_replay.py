@@ -84,10 +84,9 @@ def test_a_finalize_at_a_time_is_answered_by_the_endpoint_final_and_ttfs_is_time
     answer = next(at for at, e in result.timeline if isinstance(e, Final) and e.endpoint)
     assert result.ttfs == pytest.approx(answer - 2.2)
     # the request issued at 2.0 s (audio to 1.99 s, short of the speech's end and 75 ms) gives
-    # way at 2.1 s to the pause's (pause_early_ms: 75 ms of quiet), which takes 0.3 s and, the
-    # finalize at 2.2 s ending the utterance there, is its endpoint final
-    assert result.ttfs == pytest.approx(0.2)
-    assert result.compute_s == pytest.approx(0.3 + 0.1 + 0.3), "the withdrawn request ran 0.1 s"
+    # way at 2.2 s, where the pause and the finalize come; the endpoint request takes 0.3 s
+    assert result.ttfs == pytest.approx(0.3)
+    assert result.compute_s == pytest.approx(0.3 + 0.2 + 0.3), "the withdrawn request ran 0.2 s"
     final = next(e for _, e in result.timeline if isinstance(e, Final) and e.endpoint)
     assert [w.word for w in final.words] == [" w3"]
     assert replay(Streamer(vad=SpanVad([(0.0, 2.0)])), Recording(), audio, aware=True).ttfs is None

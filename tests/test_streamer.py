@@ -38,10 +38,6 @@ def check_stream(events: Sequence[Event], spoken: Sequence[Spoken], tolerance: f
     assert finals[-1].endpoint
 
 
-# a pause's request only once it is held (no early start): the schedule some slow-worker tests build on
-HELD_PAUSES = StreamingConfig(pause_early_ms=StreamingConfig().pause_hold_ms)
-
-
 def feed_all(
     streamer: Streamer,
     recognizer: ToneRecognizer,
@@ -532,7 +528,7 @@ def test_an_utterance_soon_after_another_reopens_the_words_before_it() -> None:
         events = feed_all(streamer, recognizer, audio, [1_600])
         check_stream(events, spoken)
         second = next(r for r in recognizer.requests if r.end > 5.6)
-        assert second.start < 3.95 - carry.carry_keep_s + 0.5
+        assert second.urgent and second.start < 3.95 - carry.carry_keep_s + 0.5
         carried = [s.label for s in spoken[:8] if s.end > second.start]
         assert 4 <= len(carried) <= 7
         if reopened_prefix:  # the words before them as the prompt, the carried ones as the prefix
@@ -577,7 +573,7 @@ def test_a_carried_window_that_hears_nothing_new_reopens_at_the_utterance() -> N
         recognizer = EndsAtLongSilence()
         streamer = Streamer(StreamingConfig(uncarry_after_s=uncarry_after_s), vad=EnergyVad())
         events = feed_all(streamer, recognizer, audio, [1_600])
-        carried = [r for r in recognizer.requests if r.start < 5.0 and r.end > 6.3]  # after SECOND's first word
+        carried = [r for r in recognizer.requests if r.start < 5.0 and r.end > 6.5]
         assert carried and carried[0].prefix == ()  # heard again first, then as the prefix
         finals = [label_of(w.word) for e in events if isinstance(e, Final) for w in e.words]
         if uncarry_after_s:
@@ -700,7 +696,7 @@ def test_a_carried_endpoint_window_that_hears_nothing_new_is_decoded_again_from_
     loaded node: tests/test_deploy.py)."""
     audio, spoken = tone_words(12.0, [*FIRST, *SECOND])
     recognizer = EndsAtLongSilence()
-    streamer = Streamer(HELD_PAUSES, vad=EnergyVad())  # (an early pause request would be the first)
+    streamer = Streamer(vad=EnergyVad())
     check_stream(feed_all(streamer, recognizer, audio, [1_600], lag=20), spoken)
     endpoints = [r for r in recognizer.requests if r.endpoint and r.end > 8.55]
     assert len(endpoints) == 2 and endpoints[0].start < 5.0 < endpoints[1].start, endpoints
@@ -708,18 +704,15 @@ def test_a_carried_endpoint_window_that_hears_nothing_new_is_decoded_again_from_
     assert streamer.utterances == (2, 2)
 
 
-@pytest.mark.parametrize("early_ms", [75, 150])  # the default; the hold itself (no early start)
-def test_the_hypothesis_of_a_pause_ends_the_utterance_when_the_vad_does(early_ms: int) -> None:
-    """Once the VAD hears pause_early_ms of quiet, one request covers the speech before it (at
-    the hold, pause_hold_ms, it is urgent); if the endpoint follows, that hypothesis's words are
-    the endpoint final at once, with no request of its own. If speech resumes first, the
-    utterance goes on as before."""
+def test_the_hypothesis_of_a_pause_ends_the_utterance_when_the_vad_does() -> None:
+    """Once the VAD hears pause_hold_ms of quiet, one (urgent) request covers the speech before
+    it; if the endpoint follows, that hypothesis's words are the endpoint final at once, with no
+    request of its own. If speech resumes first, the utterance goes on as before."""
     words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(6)]  # 0.5 .. 2.8 s
     resumed = [(10, 3.1, 3.4), (11, 3.5, 3.8)]  # after a 0.3 s pause
     audio, spoken = tone_words(6.0, [*words, *resumed])
     recognizer = ToneRecognizer()
-    config = StreamingConfig(pause_early_ms=early_ms)
-    streamer = Streamer(config, vad=EnergyVad())
+    streamer = Streamer(vad=EnergyVad())
     events: list[Event] = []
     for i in range(0, audio.shape[0], 480):
         events += streamer.feed(audio[i : i + 480])
@@ -728,12 +721,10 @@ def test_the_hypothesis_of_a_pause_ends_the_utterance_when_the_vad_does(early_ms
         if any(isinstance(e, SpeechEnded) for e in events):
             break
     check_stream(events, spoken)
-    hold, start = config.pause_hold_ms / 1000, early_ms / 1000
-    in_pauses = [
-        (r.end, r.urgent) for r in recognizer.requests if any(t < r.end <= t + hold + 0.05 for t in (2.8, 3.8))
-    ]
+    urgent = [(r.start, r.end) for r in recognizer.requests if r.urgent]
+    hold = StreamingConfig().pause_hold_ms / 1000
     # one request in the pause after 2.8 s (speech resumed) and one after 3.8 s, which ended it
-    assert in_pauses == [(pytest.approx(t + start, abs=0.05), early_ms == hold * 1000) for t in (2.8, 3.8)]
+    assert [end for _, end in urgent] == [pytest.approx(t + hold, abs=0.05) for t in (2.8, 3.8)]
     assert not any(r.endpoint for r in recognizer.requests)
     final = [e for e in events if isinstance(e, Final)][-1]
     assert final.endpoint and final.words[-1].word.strip() == "w11"
@@ -747,7 +738,7 @@ def test_an_endpoint_the_pause_request_did_not_reach_gets_its_own_request() -> N
     words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(6)]
     audio, spoken = tone_words(5.0, words)
     recognizer = ToneRecognizer()
-    streamer = Streamer(HELD_PAUSES, vad=EnergyVad())  # (an early pause request, made later, would reach)
+    streamer = Streamer(vad=EnergyVad())
     events = feed_all(streamer, recognizer, audio, [480], lag=40)  # 1.2 s per request
     check_stream(events, spoken)
     assert recognizer.requests[-1].endpoint and recognizer.requests[-1].urgent
@@ -789,10 +780,9 @@ def test_finalize_in_a_pause_uses_the_pause_hypothesis_at_once() -> None:
 
 
 class StopsEarlyAtPauses(ToneRecognizer):
-    """Hears the tones, except that the decoding of a window that ends in quiet (75 ms or more
-    after its last word; not the endpoint's) stops before its last three words, as Whisper's may
-    at a window's end; unstable: hypotheses never agree, so the words stay pending until the
-    pause."""
+    """Hears the tones, except that the decoding of a window that ends in quiet (not the
+    endpoint's) stops before its last three words, as Whisper's may at a window's end; unstable:
+    hypotheses never agree, so the words stay pending until the pause."""
 
     def __init__(self) -> None:
         super().__init__(unstable=True)
@@ -800,7 +790,7 @@ class StopsEarlyAtPauses(ToneRecognizer):
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         out = []
         for r, h in zip(requests, super().recognize(requests), strict=True):
-            quiet = bool(h.words) and h.words[-1].end <= r.end - r.start - 0.075  # as the pause's window
+            quiet = bool(h.words) and h.words[-1].end < r.end - r.start - 0.1
             out.append(replace(h, words=h.words[:-3]) if quiet and not r.endpoint else h)
         return out
 
@@ -816,21 +806,17 @@ def test_a_pause_hypothesis_that_stopped_before_the_speech_did_leaves_the_endpoi
     recognizer = StopsEarlyAtPauses()
     events = feed_all(Streamer(vad=EnergyVad()), recognizer, audio, [480])
     check_stream(events, spoken)
-    # the pause's request, then the endpoint's
-    assert [r.endpoint for r in recognizer.requests if 2.8 < r.end < 4.0] == [False, True]
+    assert [r.endpoint for r in recognizer.requests if r.urgent and r.end < 4.0] == [False, True]
 
 
 class DroppedAtPauses(ToneRecognizer):
-    """Hears the tones, except that the hypothesis of a window cut in a pause (75 ms or more after
-    its last word, as the pause's request is; not the endpoint's) is one the policy drops
-    (log-probability below its floor)."""
+    """Hears the tones, except that the hypothesis of a pause (urgent, not the endpoint) is one
+    the policy drops (log-probability below its floor)."""
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         out = super().recognize(requests)
-        return [
-            replace(h, avg_logprob=-3.0) if not r.endpoint and h.words and r.end - h.words[-1].end >= 0.075 else h
-            for r, h in zip(requests, out, strict=True)
-        ]
+        paused = [r.urgent and not r.endpoint for r in requests]
+        return [replace(h, avg_logprob=-3.0) if p else h for h, p in zip(out, paused, strict=True)]
 
 
 def test_a_pause_hypothesis_without_words_leaves_the_endpoint_its_own_request() -> None:
@@ -840,8 +826,7 @@ def test_a_pause_hypothesis_without_words_leaves_the_endpoint_its_own_request() 
     streamer = Streamer(vad=EnergyVad())
     events = feed_all(streamer, recognizer, audio, [480])
     check_stream(events, spoken)  # every word final, from the endpoint's own request
-    # the pause's request, then the endpoint's
-    assert [r.endpoint for r in recognizer.requests if r.end > 2.0] == [False, True]
+    assert [r.endpoint for r in recognizer.requests if r.urgent] == [False, True]
 
 
 @pytest.mark.parametrize("lag", [0, 12])
@@ -869,14 +854,13 @@ def test_a_short_endpointing_makes_finals_at_pauses_and_the_utterance_goes_on(la
 
 
 class DoubtedStopAtPauses(ToneRecognizer):
-    """Hears the tones; a window cut in a pause (75 ms or more after its last word, as the pause's
-    request is) ends its text with a full stop the decoder doubts (probability 0.5), as Whisper
-    ends a window cut at a breath."""
+    """Hears the tones; a window cut at a pause (the pause's urgent request) ends its text with a
+    full stop the decoder doubts (probability 0.5), as Whisper ends a window cut at a breath."""
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         out = super().recognize(requests)
         for i, (r, h) in enumerate(zip(requests, out, strict=True)):
-            if not r.endpoint and h.words and r.end - h.words[-1].end >= 0.075:
+            if r.urgent and not r.endpoint and h.words:
                 last = replace(h.words[-1], word=h.words[-1].word + ".", mark_probability=0.5)
                 out[i] = replace(h, words=(*h.words[:-1], last))
         return out

@@ -4,7 +4,7 @@ Pure bookkeeping in samples, owned by the :class:`~streamwhisper.streaming.strea
 which tells it what the VAD hears and what each request covered. A request is due once
 :attr:`Cadence.step_s` of new audio arrived (longer steps for an utterance's first windows and
 after hypotheses without a word), or once per pause, when the VAD has heard ``pause_hold_ms`` of
-quiet and no window reached into it yet (or ``pause_early_ms``, while the stream keeps up).
+quiet and no window reached into it yet.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ class Cadence:
         self._config = config
         self._step = config.min_step_s
         self.hold = SAMPLE_RATE * config.pause_hold_ms // 1000  # quiet that makes a pause (0: none)
-        # quiet after which the pause's request may start (a window then reaches into the pause)
-        self.early = max(self.hold // 2, min(SAMPLE_RATE * config.pause_early_ms // 1000, self.hold))
         self.last_request_end = 0  # where the last request's window ended
         self.paused_at = -1  # where the pause that had its request (or needed none) began
         self._wordless = 0  # hypotheses in a row without a word
@@ -55,13 +53,6 @@ class Cadence:
         """Whether ``quiet`` samples since the last voiced one make a pause."""
         return bool(self.hold) and quiet >= self.hold
 
-    def pause_begun(self, quiet: int) -> bool:
-        """Whether the pause's request may be under way: ``pause_early_ms`` of quiet while the
-        stream keeps up, else the hold. A window that does not reach into the pause then only
-        delays it."""
-        keeps_up = self._step <= self._config.min_step_s
-        return bool(self.hold) and quiet >= (self.early if keeps_up else self.hold)
-
     def reaches(self, sample: int, voiced_end: int) -> bool:
         """Whether a window ending at ``sample`` reached into the pause after ``voiced_end`` (by
         half its hold): its hypothesis heard all the speech before the pause."""
@@ -74,17 +65,6 @@ class Cadence:
         if not self.in_pause(quiet) or self.paused_at == voiced_end:
             return False  # no pause, or its request was made
         self.paused_at = voiced_end
-        return not self.reaches(self.last_request_end, voiced_end)
-
-    def early_due(self, quiet: int, voiced_end: int, window_end: int) -> bool:
-        """Whether the pause's request may start before the pause is held: ``pause_early_ms``
-        of quiet, a window ending at ``window_end`` would reach into it and none did yet, and the
-        stream keeps up (its step is not lengthened under load). Not marked urgent: speech may
-        resume before the hold."""
-        if not self.pause_begun(quiet) or self.in_pause(quiet):
-            return False
-        if self.paused_at == voiced_end or not self.reaches(window_end, voiced_end):
-            return False
         return not self.reaches(self.last_request_end, voiced_end)
 
     def due(self, audio_start: int, audio_end: int, utterance_start: int, quiet: int) -> bool:

@@ -173,13 +173,6 @@ class StreamingConfig:
     # that hypothesis is the endpoint's: the final comes with the endpoint, without another
     # request. 0 disables both (and every pause then has requests at the step).
     pause_hold_ms: int = 150
-    # That request starts sooner, once the VAD hears pause_early_ms of quiet (at least half of
-    # pause_hold_ms, where a window reaches into the pause; at most pause_hold_ms, which turns
-    # this off), while the stream keeps up (its step not lengthened under load). It is a
-    # regular request: if speech resumes before the hold, its hypothesis is one more partial.
-    # A voice agent's finalize comes 0.2 s after the speech; the pause's final is then back
-    # sooner by the time between the two.
-    pause_early_ms: int = 75
     # ... unless that hypothesis's last word ends more than pause_unheard_s before the speech: its
     # decoder stopped early, as it may at a window's end (LJ's "the wood cutters", then 2.6 s of
     # speech unsaid), and the endpoint has its own request. In the conversation_tune replay, the
@@ -233,7 +226,6 @@ class StreamingConfig:
         _check(0.0 < self.early_step_s <= 10.0, "early_step_s must be in (0, 10]")
         _check(0.0 < self.first_step_s <= 10.0, "first_step_s must be in (0, 10]")
         _check(0 <= self.pause_hold_ms <= 10_000, "pause_hold_ms must be in [0, 10000]")
-        _check(0 <= self.pause_early_ms <= 10_000, "pause_early_ms must be in [0, 10000]")
         _check(self.pause_unheard_s >= 0, "pause_unheard_s must be >= 0")
         _check(1.0 <= self.max_window_s <= 30.0, "max_window_s must be in [1, 30]")
         _check(0.0 <= self.trim_after_s <= self.max_window_s, "trim_after_s must be in [0, max_window_s]")

@@ -102,9 +102,8 @@ class Streamer:
     def superseded(self) -> bool:
         """Whether the outstanding request only delays the request due after it.
 
-        That is the endpoint request, or a pause's (which may become the endpoint's; due from
-        ``pause_early_ms`` of quiet), and the outstanding window ends before the speech that one
-        would cover. The driver may drop it.
+        That is the endpoint request, or a pause's (which may become the endpoint's), and the
+        outstanding window ends before the speech that one would cover. The driver may drop it.
         """
         f, end, cadence = self._inflight, self._speech_end, self._cadence
         if f is None or f.endpoint:
@@ -113,7 +112,7 @@ class Streamer:
             return end is None or not cadence.reaches(f.end, end)
         detector = self._detector
         quiet, began = detector.quiet_samples, detector.last_voiced_end
-        in_pause = cadence.pause_begun(quiet) and not f.request.urgent and cadence.paused_at != began
+        in_pause = cadence.in_pause(quiet) and not f.request.urgent and cadence.paused_at != began
         return in_pause and not cadence.reaches(f.end, began)
 
     @property
@@ -183,7 +182,7 @@ class Streamer:
         if self._detector.speaking and self._cadence.in_pause(quiet):
             # in a pause: the speech ended where it began (the pause's hypothesis may have heard
             # it all); speech resuming after now is a new utterance
-            self._speech_end, self._next_start = self._detector.last_voiced_end, align_down(self._audio.end)
+            self._speech_end, self._next_start = self._audio.end - quiet, align_down(self._audio.end)
         elif self._detector.speaking:
             # the next utterance starts a little before this point: a word cut by it is heard
             # whole there (the policy drops what repeats the committed words)
@@ -205,10 +204,8 @@ class Streamer:
         pause = False
         if not endpoint:
             cadence, quiet, audio = self._cadence, self._detector.quiet_samples, self._audio
-            voiced_end = self._detector.last_voiced_end
-            pause = cadence.pause_due(quiet, voiced_end)
-            due = pause or cadence.due(audio.start, audio.end, self._utterance_start, quiet)
-            if not (due or cadence.early_due(quiet, voiced_end, audio.mel_end)):
+            pause = cadence.pause_due(quiet, self._detector.last_voiced_end)
+            if not pause and not cadence.due(audio.start, audio.end, self._utterance_start, quiet):
                 return None
         if self._carry_due:  # decided now: the endpoint request before it has committed its words
             self._carry_due = False

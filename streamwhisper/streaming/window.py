@@ -165,12 +165,6 @@ class AudioWindow:
             return None
         return self._mel.window(first, last), first * HOP_LENGTH, last * HOP_LENGTH
 
-    @property
-    def mel_end(self) -> int:
-        """The end sample a window taken now would have (its last complete mel frame's)."""
-        self._sync(False)
-        return self._mel.end_frame * HOP_LENGTH
-
     def _sync(self, finish: bool) -> None:
         if self._mel.finished:
             return
