@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
-from fakes import LABEL_FREQS, SR, EnergyVad, Spoken, ToneRecognizer, label_of, synth, tone_encode
+from fakes import LABEL_FREQS, SR, EnergyVad, SpanVad, Spoken, ToneRecognizer, label_of, synth, tone_encode
 
 from streamwhisper.errors import AudioFormatError, ConfigError
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
@@ -742,6 +742,31 @@ def test_an_endpoint_the_pause_request_did_not_reach_gets_its_own_request() -> N
     events = feed_all(streamer, recognizer, audio, [480], lag=40)  # 1.2 s per request
     check_stream(events, spoken)
     assert recognizer.requests[-1].endpoint and recognizer.requests[-1].urgent
+
+
+def test_a_finalize_in_a_pause_keeps_a_request_that_reached_into_it() -> None:
+    """A request whose window ends 80 ms after the last voiced frame (past half the 150 ms hold)
+    heard the speech to its end: a finalize in the pause keeps it for the endpoint final. The
+    speech ends at the VAD's last voiced frame; the audio's end less the VAD's quiet lies up to a
+    frame later (the VAD has not classified the last partial frame), which withdrew it."""
+    streamer = Streamer(vad=SpanVad([(0.0, 1.98)]))
+    audio = np.zeros(3 * SR, np.float32)
+    recognizer, held, pos = ToneRecognizer(), None, 0
+    while streamer.audio.end < 2.2 * SR:  # 1100-sample messages
+        streamer.feed(audio[pos : pos + 1_100])
+        pos += 1_100
+        if held is None and (request := streamer.pending_request()) is not None:
+            if request.end > 1.98:
+                held = request  # out when the finalize comes
+            else:
+                streamer.complete(recognizer.recognize([request])[0])
+    assert held is not None and 1.98 + 0.075 <= held.end < 1.98 + 0.1, held
+    assert streamer.speaking  # in the pause: 0.2 s of quiet, short of the 0.5 s endpoint
+    streamer.finalize()
+    assert not streamer.superseded and streamer.awaited
+    events = streamer.complete(recognizer.recognize([held])[0])
+    assert any(isinstance(e, Final) and e.endpoint for e in events)
+    assert streamer.pending_request() is None, "no endpoint request of its own"
 
 
 def test_finalize_in_a_pause_uses_the_pause_hypothesis_at_once() -> None:

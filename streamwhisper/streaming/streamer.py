@@ -182,7 +182,7 @@ class Streamer:
         if self._detector.speaking and self._cadence.in_pause(quiet):
             # in a pause: the speech ended where it began (the pause's hypothesis may have heard
             # it all); speech resuming after now is a new utterance
-            self._speech_end, self._next_start = self._audio.end - quiet, align_down(self._audio.end)
+            self._speech_end, self._next_start = self._detector.last_voiced_end, align_down(self._audio.end)
         elif self._detector.speaking:
             # the next utterance starts a little before this point: a word cut by it is heard
             # whole there (the policy drops what repeats the committed words)
