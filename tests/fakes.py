@@ -28,9 +28,10 @@ from streamwhisper.streaming.streamer import Streamer
 
 SR = 16_000
 
-# The agreement mechanics alone: any window may commit, and a word only needs to end two of
-# Whisper's 20 ms steps before its window's end (the defaults are stricter; see their tests).
-AGREEMENT = PolicyConfig(commit_margin_s=0.04, min_commit_window_s=0.0)
+# The agreement mechanics alone: any window may commit, a word only needs to end two of
+# Whisper's 20 ms steps before its window's end (the defaults are stricter; see their tests),
+# and only agreement commits (no stall_commit_s).
+AGREEMENT = PolicyConfig(commit_margin_s=0.04, min_commit_window_s=0.0, stall_commit_s=0.0)
 
 # --- hypotheses on the absolute clock ----------------------------------------------------------
 

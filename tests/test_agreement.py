@@ -73,8 +73,8 @@ def test_a_word_cut_by_the_window_end_waits() -> None:
 def test_unchanged_partial_is_not_repeated() -> None:
     p = CommitPolicy()
     assert texts(p.observe(hyp([(" yes", 0.0, 0.5)]), 0.0, 1.0)) == [("Partial", "yes")]
-    assert texts(p.observe(hyp([(" no", 0.0, 0.5)]), 0.0, 2.0)) == [("Partial", "no")]
-    assert p.observe(hyp([(" maybe", 0.0, 0.5)], no_speech_prob=0.99, avg_logprob=-2.0), 0.0, 3.0) == [
+    assert texts(p.observe(hyp([(" no", 0.0, 0.5)]), 0.0, 1.5)) == [("Partial", "no")]
+    assert p.observe(hyp([(" maybe", 0.0, 0.5)], no_speech_prob=0.99, avg_logprob=-2.0), 0.0, 2.0) == [
         Partial("", 0.0, 0.0, (), 2)
     ]
     assert p.observe(hyp([]), 0.0, 3.5) == []
@@ -425,6 +425,25 @@ def test_the_last_word_of_a_hypothesis_needs_the_full_margin() -> None:
     p.observe(hyp(two, probabilities=[0.99, 0.99]), 0.0, 3.0)
     events = p.observe(hyp(two, probabilities=[0.99, 0.99]), 0.0, 3.0)
     assert [e.text for e in events if isinstance(e, Final)] == ["a"]
+
+
+def test_words_two_hypotheses_disagree_on_are_taken_as_the_latest_says_them_stall_commit_s_on() -> None:
+    def run(config: PolicyConfig) -> list[list[tuple[str, str]]]:
+        p = CommitPolicy(config)
+        first = p.observe(hyp([(" uh", 0.2, 0.5), (" we", 0.5, 0.8), (" got", 0.8, 1.1)]), 0.0, 2.0)
+        # the first word changes, so no word agrees; " a" and " we" end 1.5 s before this window's end
+        second = p.observe(hyp([(" a", 0.2, 0.5), (" we", 0.5, 0.8), (" got", 0.8, 1.1), (" it", 1.5, 1.8)]), 0.0, 2.5)
+        # " now" ends 1.5 s before the end too, but the hypothesis before did not hear it
+        said = [(" got", 0.8, 1.1), (" it", 1.5, 1.8), (" now", 2.0, 2.3), (" here", 2.4, 2.7)]
+        return [texts(first), texts(second), texts(p.observe(hyp(said), 0.0, 3.9))]
+
+    assert run(PolicyConfig()) == [
+        [("Partial", "uh we got")],
+        [("Final", "a we"), ("Partial", "got it")],
+        [("Final", "got it"), ("Partial", "now here")],
+    ]
+    without = run(PolicyConfig(stall_commit_s=0.0))
+    assert without[1] == [("Partial", "a we got it")] and without[2] == [("Partial", "got it now here")]
 
 
 def test_a_doubted_word_needs_a_third_hypothesis_when_asked() -> None:

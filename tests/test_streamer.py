@@ -120,13 +120,27 @@ def test_chunking_and_slow_completion_do_not_change_the_transcript(sizes: list[i
 def test_window_limit_forces_commits_in_continuous_speech(prefix: bool) -> None:
     audio, spoken = synth(100.0, seed=3, continuous=(0.0, 100.0))
     recognizer = ToneRecognizer(unstable=True)
-    streamer = Streamer(None if prefix else TRIM_AT_COMMIT, vad=EnergyVad())
-    events = feed_all(streamer, recognizer, audio, [1_600])
+    config = TRIM_AT_COMMIT if not prefix else StreamingConfig()
+    config = replace(config, policy=PolicyConfig(stall_commit_s=0.0))  # only the window limit commits
+    events = feed_all(Streamer(config, vad=EnergyVad()), recognizer, audio, [1_600])
     check_stream(events, spoken)
     finals = [e for e in events if isinstance(e, Final)]
     assert len(finals) >= 3 and not any(f.endpoint for f in finals[:-1])
     frames = [r.mel.shape[1] for r in recognizer.requests]
-    assert max(frames) <= 2_000 + 100  # force_commit_s (20 s) plus one step
+    assert 2_000 <= max(frames) <= 2_000 + 100  # force_commit_s (20 s) plus one step
+
+
+def test_hypotheses_that_never_agree_commit_what_two_heard_stall_commit_s_before_the_end() -> None:
+    # Each hypothesis names every word differently from the one before: only stall_commit_s commits
+    # before the window limit, word by word as the latest hypothesis names them, none lost or twice.
+    audio, spoken = synth(60.0, seed=3, continuous=(0.0, 60.0))
+    recognizer = ToneRecognizer(unstable=True)
+    events = feed_all(Streamer(vad=EnergyVad()), recognizer, audio, [1_600])
+    check_stream(events, spoken)
+    finals = [e for e in events if isinstance(e, Final)]
+    assert len(finals) >= 20 and not any(f.endpoint for f in finals[:-1])
+    # the windows are trimmed at trim_after_s (8 s): none grows to force_commit_s (20 s)
+    assert max(r.mel.shape[1] for r in recognizer.requests) <= 1_200
 
 
 def test_a_short_utterance_commits_only_at_its_endpoint() -> None:

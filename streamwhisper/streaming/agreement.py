@@ -13,8 +13,9 @@ hypothesis describes. Invariants the policy keeps:
 - finals are append-only: every committed word ends after the previous one (the *commit point*
   ``committed_end`` only moves forward) and is never emitted twice;
 - a word is committed when two consecutive hypotheses agree on it (normalised text, as a
-  common prefix of their uncommitted words) and it ends clear of the window's end, at an
-  endpoint, or by :meth:`CommitPolicy.force_commit`;
+  common prefix of their uncommitted words) and it ends clear of the window's end; as the latest
+  hypothesis says it when the one before heard it too and it ends ``stall_commit_s`` before the
+  window's end; at an endpoint; or by :meth:`CommitPolicy.force_commit`;
 - a window still holding committed words inside continuous speech is decoded with them as a
   forced prefix (:meth:`CommitPolicy.context`): nothing is duplicated or lost at the commit
   point, no word is cut in two; a window reopened over an utterance closed at a pause hears its
@@ -70,9 +71,8 @@ class CommitPolicy:
         self._committed_end = 0.0
         # The committed tail feeds the prompt, the forced prefix (committed words in the window), the copy
         # guard and boundary de-duplication; each word is a token or more, so max_prompt_tokens words cover the prompt.
-        self._tail: deque[Word] = deque(
-            maxlen=max(TAIL_WORDS, cfg.max_prompt_tokens, cfg.copy_lookback_words, cfg.dedupe_max_ngram)
-        )
+        tail = max(TAIL_WORDS, cfg.max_prompt_tokens, cfg.copy_lookback_words, cfg.dedupe_max_ngram)
+        self._tail: deque[Word] = deque(maxlen=tail)
         self._soft_boundary = False  # the commit point lies inside continuous speech
         self._pending: list[Word] = []  # uncommitted words of the latest hypothesis
         self._seen: list[int] = []  # for each pending word, how many hypotheses in a row said it
@@ -160,12 +160,15 @@ class CommitPolicy:
         can_commit = window_end - self._utterance_start + WINDOW_SLACK_S >= cfg.min_commit_window_s
         seen: list[int] = []  # how many hypotheses in a row said each word (the same words before it)
         for i, new in enumerate(placed):
-            same = i < len(self._pending) and normalize_word(self._pending[i].word) == normalize_word(new.word)
-            if not same:
+            if i >= len(self._pending) or normalize_word(self._pending[i].word) != normalize_word(new.word):
                 break
             seen.append(self._seen[i] + 1 if i < len(self._seen) else 2)
         seen += [1] * (len(placed) - len(seen))
         agreed = 0
+        # Hypotheses that keep disagreeing (noise, radio) would hold a word and all after it to the
+        # endpoint: one the last hypothesis heard too is taken as is once stall_commit_s from the end.
+        last = self._pending[-1].end if cfg.stall_commit_s and self._pending else -math.inf
+        stall = min(last, window_end - cfg.stall_commit_s)
         for i, (new, n) in enumerate(zip(placed if can_commit else (), seen, strict=False)):
             # A word near the window's end may be cut there or still change: committing it
             # would put the trim point inside the word and leave a fragment for the next window.
@@ -173,10 +176,8 @@ class CommitPolicy:
             margin = cfg.commit_margin_s
             if new.probability >= cfg.sure_probability and i + 1 < len(placed):
                 margin = min(margin, cfg.sure_margin_s)
-            if n < 2 or new.end > window_end - margin:
-                break
-            # a word the model doubts needs one more hypothesis to say it
-            if new.probability < cfg.commit_min_probability and n < 3:
+            unsure = new.probability < cfg.commit_min_probability and n < 3  # needs a third hypothesis
+            if new.end > stall and (n < 2 or new.end > window_end - margin or unsure):
                 break
             agreed += 1
         events: list[Event] = []

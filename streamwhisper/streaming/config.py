@@ -78,6 +78,11 @@ class PolicyConfig:
     sure_margin_s: float = 0.3
     sure_probability: float = 0.9
     min_commit_window_s: float = 2.0
+    # A word without agreement that the hypothesis before heard too (in another form) is committed
+    # as the latest hypothesis says it once it ends stall_commit_s before the window's end:
+    # hypotheses that kept disagreeing (radio, noise) held it, and every word after it, to the
+    # endpoint (hard's Apollo 11 clip). 0 disables. Tuned on conversation_tune (1.2, 1.5).
+    stall_commit_s: float = 1.5
     # A pause final (``StreamingConfig.pause_final``) ends with a full stop only when the decoder
     # is sure of it (sure_probability, not tuned): a window that ends at a breath ends with a full
     # stop. A doubted one waits for the endpoint (``eager_pause_finals``: is dropped).
@@ -131,6 +136,7 @@ class PolicyConfig:
         _check(self.dedupe_max_ngram >= 0, "policy.dedupe_max_ngram must be >= 0")
         _check(self.dedupe_window_s >= 0, "policy.dedupe_window_s must be >= 0")
         _check(self.commit_margin_s >= 0 and self.sure_margin_s >= 0, "policy commit margins must be >= 0")
+        _check(self.stall_commit_s >= 0, "policy.stall_commit_s must be >= 0")
         _check(0 <= self.max_prompt_tokens <= 223, "policy.max_prompt_tokens in [0, 223]")
         _check(0.0 <= self.pause_stop_min_probability <= 1.0, "policy.pause_stop_min_probability in [0, 1]")
 
