@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import LJ
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from live_server import LiveServer, raw_session, wait_until
 from websockets.exceptions import ConnectionClosed
@@ -190,6 +190,16 @@ def test_configure_and_bad_queries() -> None:
     for bad in ({"eot_threshold": 2}, {"eager_eot_threshold": None, "eot_timeout_ms": "soon"}, [1]):
         reply = dialect.parse(json.dumps({"type": "Configure", "thresholds": bad}))
         assert isinstance(reply, wire.Reply) and json.loads(reply.texts[0])["type"] == "ConfigureFailure", bad
+    # keyterms are echoed, so only strings: an infinity among them made the reply unsendable
+    # (a ValueError from wire.dumps, found by fuzzing) where a ConfigureFailure was due
+    for keyterms in ([float("inf")], [1], "fjord", {"a": "b"}):
+        reply = dialect.parse(
+            json.dumps({"type": "Configure", "thresholds": {"eot_threshold": 0.5}, "keyterms": keyterms})
+        )
+        assert isinstance(reply, wire.Reply) and reply.error == "invalid_configure", keyterms
+        assert "keyterms" in json.loads(reply.texts[0])["description"], keyterms
+    reply = dialect.parse(json.dumps({"type": "Configure", "keyterms": ["fjord", "Skagerrak"]}))
+    assert isinstance(reply, wire.Reply) and json.loads(reply.texts[0])["keyterms"] == ["fjord", "Skagerrak"]
     assert dialect.options.eot_threshold == 0.9  # unchanged by the failures
     off = FluxDialect()
     off.settings({})
@@ -226,6 +236,7 @@ KINDS = st.sampled_from(["Configure", "ForceEndTurn", "CloseStream", "KeepAlive"
 # no deadline: a busy CI host once took over 200 ms for one example (1 run in about 17)
 @settings(deadline=None)
 @given(st.dictionaries(FIELDS, JSON | KINDS, max_size=4), st.booleans())
+@example({"keyterms": [float("inf")], "thresholds": {}}, False)
 def test_any_control_message_is_a_message_or_a_protocol_error(data: dict, eager: bool) -> None:
     """Whatever JSON a client sends, the dialect answers with a typed message (a Configure's
     success or failure) or refuses it with ProtocolError: never another exception."""

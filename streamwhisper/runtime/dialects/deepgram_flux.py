@@ -177,11 +177,13 @@ class FluxDialect:
             options = with_thresholds(self.options, thresholds)
             if (options.eager_eot_threshold is None) != (self.options.eager_eot_threshold is None):
                 raise ProtocolError("eager_eot_threshold can be turned on or off only when the stream opens")
+            keyterms = data.get("keyterms") or []  # accepted and echoed, as Flux does; not used
+            if not isinstance(keyterms, list) or not all(isinstance(term, str) for term in keyterms):
+                raise ProtocolError('"keyterms" must be a list of strings')
         except ProtocolError as exc:
             failure = {"type": "ConfigureFailure", "request_id": self._request_id, "code": "INVALID_CONFIGURE"}
             return wire.Reply((self._dump({**failure, "description": str(exc)}),), "invalid_configure")
         self.options = options
-        keyterms = data.get("keyterms") if isinstance(data.get("keyterms"), list) else []
         success = {"type": "ConfigureSuccess", "request_id": self._request_id, "thresholds": options.as_json()}
         return wire.Reply((self._dump({**success, "keyterms": keyterms}),))
 
