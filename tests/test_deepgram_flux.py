@@ -192,7 +192,7 @@ def test_configure_and_bad_queries() -> None:
         assert isinstance(reply, wire.Reply) and json.loads(reply.texts[0])["type"] == "ConfigureFailure", bad
     # keyterms are echoed, so only strings: an infinity among them made the reply unsendable
     # (a ValueError from wire.dumps, found by fuzzing) where a ConfigureFailure was due
-    for keyterms in ([float("inf")], [1], "fjord", {"a": "b"}):
+    for keyterms in ([float("inf")], [1], "fjord", {"a": "b"}, 0, False):
         reply = dialect.parse(
             json.dumps({"type": "Configure", "thresholds": {"eot_threshold": 0.5}, "keyterms": keyterms})
         )
@@ -200,6 +200,8 @@ def test_configure_and_bad_queries() -> None:
         assert "keyterms" in json.loads(reply.texts[0])["description"], keyterms
     reply = dialect.parse(json.dumps({"type": "Configure", "keyterms": ["fjord", "Skagerrak"]}))
     assert isinstance(reply, wire.Reply) and json.loads(reply.texts[0])["keyterms"] == ["fjord", "Skagerrak"]
+    reply = dialect.parse(json.dumps({"type": "Configure", "keyterms": None}))
+    assert isinstance(reply, wire.Reply) and json.loads(reply.texts[0])["keyterms"] == []
     assert dialect.options.eot_threshold == 0.9  # unchanged by the failures
     off = FluxDialect()
     off.settings({})

@@ -177,7 +177,8 @@ class FluxDialect:
             options = with_thresholds(self.options, thresholds)
             if (options.eager_eot_threshold is None) != (self.options.eager_eot_threshold is None):
                 raise ProtocolError("eager_eot_threshold can be turned on or off only when the stream opens")
-            keyterms = data.get("keyterms") or []  # accepted and echoed, as Flux does; not used
+            keyterms = data.get("keyterms", [])  # accepted and echoed, as Flux does; not used
+            keyterms = [] if keyterms is None else keyterms
             if not isinstance(keyterms, list) or not all(isinstance(term, str) for term in keyterms):
                 raise ProtocolError('"keyterms" must be a list of strings')
         except ProtocolError as exc:
