@@ -190,9 +190,12 @@ def test_configure_and_bad_queries() -> None:
     for bad in ({"eot_threshold": 2}, {"eager_eot_threshold": None, "eot_timeout_ms": "soon"}, [1]):
         reply = dialect.parse(json.dumps({"type": "Configure", "thresholds": bad}))
         assert isinstance(reply, wire.Reply) and json.loads(reply.texts[0])["type"] == "ConfigureFailure", bad
-    # keyterms are echoed, so only strings: an infinity among them made the reply unsendable
-    # (a ValueError from wire.dumps, found by fuzzing) where a ConfigureFailure was due
-    for keyterms in ([float("inf")], [1], "fjord", {"a": "b"}, 0, False):
+    # keyterms are echoed: an infinity among them made the reply unsendable (a ValueError from
+    # wire.dumps, found by fuzzing); it is not JSON, and keyterms are strings
+    with pytest.raises(ProtocolError) as refused:
+        dialect.parse(json.dumps({"type": "Configure", "keyterms": [float("inf")]}))
+    assert (refused.value.code, refused.value.kind) == (1007, "invalid_json")
+    for keyterms in ([1], "fjord", {"a": "b"}, 0, False):
         reply = dialect.parse(
             json.dumps({"type": "Configure", "thresholds": {"eot_threshold": 0.5}, "keyterms": keyterms})
         )

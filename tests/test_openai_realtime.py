@@ -138,6 +138,11 @@ async def test_malformed_events_get_their_own_error_codes_and_the_session_goes_o
         (appended(b"\x00" * 4801), "invalid_audio", "audio", None),  # not whole 16-bit samples
         (json.dumps({"type": "input_audio_buffer.commit", "event_id": "e3"}), COMMIT_EMPTY, None, "e3"),
         (audio_input(format={"type": "audio/opus"}), "invalid_value", at + "format.type", None),
+        (audio_input(format={"type": ["audio/pcm"]}), "invalid_value", at + "format.type", None),
+        # settings are echoed, what is not JSON cannot be (fuzzing found both of these)
+        (audio_input(turn_detection={"type": "server_vad", "eagerness": float("inf")}), "invalid_json", None, None),
+        (json.dumps({"type": "transcription_session.update", "session": {"input_audio_format": {}}}),
+         "invalid_value", "session.input_audio_format", None),
         (audio_input(format={"type": "audio/pcm", "rate": 16000}), "invalid_value", at + "format.rate", None),
         (audio_input(transcription={"model": "gpt-9"}), "model_not_found", at + "transcription.model", None),
         (audio_input(transcription={"language": "xx"}), "invalid_value", at + "transcription.language", None),

@@ -265,6 +265,10 @@ def test_a_malformed_server_message_is_a_protocol_error(text: str, kind: str) ->
     [
         ('{"type": "eof"', "invalid_json"),
         ("[" * 100_000, "invalid_json"),
+        # JSON has no NaN or infinities (Python's json reads them, and 1e400 as infinity)
+        ('{"type": "config", "sample_rate": NaN}', "invalid_json"),
+        ('{"type": "config", "label": [-Infinity]}', "invalid_json"),
+        ('{"type": "config", "endpointing_ms": 1e400}', "invalid_json"),
         ('"eof"', "invalid_message"),
         ('{"eof": 1}', "invalid_message"),
         ('{"type": null}', "invalid_message"),

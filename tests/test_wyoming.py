@@ -225,6 +225,7 @@ BROKEN = {
     "garbage": b"this is not json\n",
     "not_an_object": b"[1, 2]\n",
     "no_type": b'{"data": {"rate": 16000}}\n',
+    "not_a_number": b'{"type": "ping", "data": {"text": NaN}}\n',  # not JSON; a pong would echo it
     "negative_length": b'{"type": "audio-chunk", "payload_length": -5}\n',
     "huge_data": b'{"type": "transcribe", "data_length": 1099511627776}\n',
     "huge_payload": b'{"type": "audio-chunk", "payload_length": 1099511627776}\n',

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -216,11 +217,29 @@ class Unknown:
 ClientMessage: TypeAlias = ConfigMessage | Finalize | KeepAlive | Ack | Eof | Audio | Reply | Unknown
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    if not math.isfinite(value := float(text)):
+        raise ValueError(f"{text[:20]} is beyond a float's range")
+    return value
+
+
+def loads(text: str | bytes) -> Any:
+    """A client's JSON, NaN and infinities refused (ValueError): JSON has no such numbers, but
+    Python's ``json`` reads ``NaN`` and ``Infinity``, and 1e400 as infinity, and a client's
+    value echoed back (a Flux keyterm, a Realtime session's settings) could not be sent."""
+    return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+
+
 def parse_json_object(text: str) -> dict[str, Any]:
-    """The JSON object in ``text``; ProtocolError (1007) when it is not JSON or not an object."""
+    """The JSON object in ``text``; ProtocolError (1007) when it is not JSON (:func:`loads`) or
+    not an object."""
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        data = loads(text)
+    except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"malformed JSON: {exc}", 1007, "invalid_json") from None
     if not isinstance(data, dict):
         raise ProtocolError(f"a message must be a JSON object, got {type(data).__name__}")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -99,7 +98,7 @@ async def read_event(reader: asyncio.StreamReader, max_payload: int) -> Event | 
     if not line.endswith(b"\n"):
         return None  # closed, perhaps within a line
     try:
-        header = json.loads(line)
+        header = wire.loads(line)
     except (ValueError, RecursionError):
         raise Unframed("a header line is not JSON", 1007, "invalid_frame") from None
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
@@ -117,7 +116,7 @@ async def read_event(reader: asyncio.StreamReader, max_payload: int) -> Event | 
     data = dict(inline or {})
     if section:
         try:
-            extra = json.loads(section)
+            extra = wire.loads(section)
         except (ValueError, RecursionError):
             extra = None
         if not isinstance(extra, dict):

@@ -158,7 +158,7 @@ def update_ga(config: RealtimeConfig, session: Any, served: str) -> RealtimeConf
     if "format" in inputs:
         fmt = _need(inputs["format"], dict, at + "format")
         kind = fmt.get("type", "audio/pcm")
-        if kind not in FORMATS:
+        if not isinstance(kind, str) or kind not in FORMATS:
             known = ", ".join(FORMATS)
             raise RealtimeError(
                 "invalid_value", f"unsupported audio format {kind!r} (supported: {known})", at + "format.type"
@@ -184,7 +184,7 @@ def update_beta(config: RealtimeConfig, session: Any, served: str) -> RealtimeCo
     changes: dict[str, Any] = {}
     if "input_audio_format" in session:
         kind = session["input_audio_format"]
-        if kind not in BETA_FORMATS:
+        if not isinstance(kind, str) or kind not in BETA_FORMATS:
             known = ", ".join(BETA_FORMATS)
             raise RealtimeError(
                 "invalid_value", f"unsupported audio format {kind!r} (supported: {known})", "session.input_audio_format"
