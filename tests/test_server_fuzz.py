@@ -67,16 +67,6 @@ setting_names = st.sampled_from(
 )
 
 
-def _not_a_number(constant: str) -> float:
-    raise ValueError(constant)
-
-
-def strict_json(text: str) -> object:
-    """JSON as the server reads a client's: NaN and infinities are not JSON (the strategies'
-    floats print as NaN and Infinity, never as an overflowing 1e400)."""
-    return json.loads(text, parse_constant=_not_a_number)
-
-
 class Big(str):
     """A long text whose repr stays short in hypothesis' reports."""
 
@@ -178,7 +168,7 @@ def expected_answer(query: str, steps: list[tuple[str, object]]) -> Answer:
             audio_started = True
             continue
         try:
-            message = strict_json(str(payload))
+            message = wire.loads(str(payload))
         except (ValueError, RecursionError):
             return ended("invalid_json")
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
@@ -508,7 +498,7 @@ class RealtimeState:
             self.width, self.rate = 1, 8000
             return None
         try:
-            data = strict_json(text)
+            data = wire.loads(text)
         except (ValueError, RecursionError):
             return "invalid_json"
         if not isinstance(data, dict):
