@@ -12,6 +12,7 @@ from benchmarks.conversation import SR, compose, speaker
 from benchmarks.offline_accuracy import accuracy_report
 from benchmarks.resume import Run, best_match
 from benchmarks.scoring import Clip, normalize_with_marks, word_error_rate
+from benchmarks.soak import drift
 from benchmarks.streaming import summarize
 from benchmarks.ttfs import GAP_S, auto_stagger
 from streamwhisper.bench import StreamRun, score_latency
@@ -197,3 +198,17 @@ def test_ttfs_clients_start_a_mean_turn_apart_over_their_number() -> None:
     turn_s = (2.05 + 4.0) / 2 + GAP_S
     assert auto_stagger(clips, 8) == pytest.approx(turn_s / 8)
     assert auto_stagger(clips, 1) == pytest.approx(turn_s)
+
+
+def test_soak_drift_tells_a_leak_from_a_plateau() -> None:
+    """RSS that rises to a plateau during warm-up has no drift after it; RSS that grows by
+    100 MB an hour throughout shows that slope and a later fifth above the second."""
+    minutes = np.arange(0, 40, 5 / 60)
+    seconds = minutes * 60
+    plateau = 800 - 300 * np.exp(-minutes) + np.random.default_rng(0).normal(0, 2, len(minutes))
+    flat = drift(list(zip(seconds, plateau, strict=True)))
+    assert abs(flat["slope_second_half_mb_per_hour"]) < 10
+    assert abs(flat["last_fifth_mb"] - flat["second_fifth_mb"]) < 3
+    leak = drift(list(zip(seconds, 600 + 100 * minutes / 60, strict=True)))
+    assert leak["slope_second_half_mb_per_hour"] == pytest.approx(100, abs=0.5)
+    assert leak["last_fifth_mb"] - leak["second_fifth_mb"] == pytest.approx(100 * 24 / 60, abs=2)
