@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from fakes import AGREEMENT, ScriptedRecognizer, SpanVad, fake_encode, hyp, texts
 
+from streamwhisper.errors import ConfigError
 from streamwhisper.events import Event, Final, Partial, SpeechEnded, SpeechStarted, Word
 from streamwhisper.model.recognizer import RecognitionRequest
 from streamwhisper.runtime.replay import drive
@@ -416,6 +417,32 @@ def test_a_sure_word_followed_by_another_needs_a_shorter_margin(probabilities: l
     p.observe(hyp(words, probabilities=probabilities), 0.0, 3.0)
     finals = [e.text for e in p.observe(hyp(words, probabilities=probabilities), 0.0, 3.0) if isinstance(e, Final)]
     assert finals == [committed]
+
+
+@pytest.mark.parametrize(
+    ("hypotheses", "probabilities", "committed"),
+    [
+        (1, [0.95, 0.95, 0.95, 0.95], ["a b"]),  # from the first hypothesis; c is within the sure margin
+        (1, [0.95, 0.5, 0.95, 0.95], ["a"]),  # b is doubted: it waits for agreement, and c after it
+        (1, [0.95, 0.95], ["a"]),  # b is sure but the last word: it waits
+        (2, [0.95, 0.95, 0.95, 0.95], []),  # agreement, as for any word
+    ],
+)
+def test_a_sure_word_needs_sure_hypotheses_to_say_it(
+    hypotheses: int, probabilities: list[float], committed: list[str]
+) -> None:
+    config = PolicyConfig(
+        commit_margin_s=0.6, sure_margin_s=0.3, min_commit_window_s=0.0, stall_commit_s=0.0, sure_hypotheses=hypotheses
+    )
+    p = CommitPolicy(config)
+    events = p.observe(hyp(AGREED[: len(probabilities)], probabilities=probabilities), 0.0, 3.0)
+    assert [e.text for e in events if isinstance(e, Final)] == committed
+
+
+def test_sure_hypotheses_is_one_or_two() -> None:
+    for bad in (0, 3):
+        with pytest.raises(ConfigError, match="sure_hypotheses"):
+            PolicyConfig(sure_hypotheses=bad)
 
 
 def test_the_last_word_of_a_hypothesis_needs_the_full_margin() -> None:

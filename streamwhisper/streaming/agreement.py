@@ -13,9 +13,10 @@ hypothesis describes. Invariants the policy keeps:
 - finals are append-only: every committed word ends after the previous one (the *commit point*
   ``committed_end`` only moves forward) and is never emitted twice;
 - a word is committed when two consecutive hypotheses agree on it (normalised text, as a
-  common prefix of their uncommitted words) and it ends clear of the window's end; as the latest
-  hypothesis says it when the one before heard it too and it ends ``stall_commit_s`` before the
-  window's end; at an endpoint; or by :meth:`CommitPolicy.force_commit`;
+  common prefix of their uncommitted words), or one says it sure of it with a word after it
+  (``sure_hypotheses``), and it ends clear of the window's end; as the latest hypothesis says it
+  when the one before heard it too and it ends ``stall_commit_s`` before the window's end; at an
+  endpoint; or by :meth:`CommitPolicy.force_commit`;
 - a window still holding committed words inside continuous speech is decoded with them as a
   forced prefix (:meth:`CommitPolicy.context`): nothing is duplicated or lost at the commit
   point, no word is cut in two; a window reopened over an utterance closed at a pause hears its
@@ -170,14 +171,13 @@ class CommitPolicy:
         last = self._pending[-1].end if cfg.stall_commit_s and self._pending else -math.inf
         stall = min(last, window_end - cfg.stall_commit_s)
         for i, (new, n) in enumerate(zip(placed if can_commit else (), seen, strict=False)):
-            # A word near the window's end may be cut there or still change: committing it
-            # would put the trim point inside the word and leave a fragment for the next window.
-            # A sure word the model has heard past (another word follows it) is less at risk.
-            margin = cfg.commit_margin_s
+            # A word near the window's end may be cut there or still change (a commit would trim inside it,
+            # leaving a fragment); a sure word heard past (a word follows it) is less at risk: see config.
+            margin, needed = cfg.commit_margin_s, 2
             if new.probability >= cfg.sure_probability and i + 1 < len(placed):
-                margin = min(margin, cfg.sure_margin_s)
+                margin, needed = min(margin, cfg.sure_margin_s), cfg.sure_hypotheses
             unsure = new.probability < cfg.commit_min_probability and n < 3  # needs a third hypothesis
-            if new.end > stall and (n < 2 or new.end > window_end - margin or unsure):
+            if new.end > stall and (n < needed or new.end > window_end - margin or unsure):
                 break
             agreed += 1
         events: list[Event] = []

@@ -77,6 +77,11 @@ class PolicyConfig:
     # unaware replay, WER 6.2 % either way (read_en 7.1 %, as offline).
     sure_margin_s: float = 0.3
     sure_probability: float = 0.9
+    # How many hypotheses must say such a sure word: 2 (agreement, as for any word) or 1 (the
+    # first that says it commits it). 1 with sure_margin_s 0.15, replayed: conversation_tune
+    # final p50 1.10 -> 1.02 s, WER 26.3 -> 24.8 %; conversation_test 1.04 -> 0.96 s, the same
+    # WER; hard 1.18 -> 1.14 s, WER +0.3 (docs/tuning-log.md, thirty-third session).
+    sure_hypotheses: int = 2
     min_commit_window_s: float = 2.0
     # A word without agreement that the hypothesis before heard too (in another form) is committed
     # as the latest hypothesis says it once it ends stall_commit_s before the window's end:
@@ -137,6 +142,7 @@ class PolicyConfig:
         _check(self.dedupe_window_s >= 0, "policy.dedupe_window_s must be >= 0")
         _check(self.commit_margin_s >= 0 and self.sure_margin_s >= 0, "policy commit margins must be >= 0")
         _check(self.stall_commit_s >= 0, "policy.stall_commit_s must be >= 0")
+        _check(self.sure_hypotheses in (1, 2), "policy.sure_hypotheses must be 1 or 2")
         _check(0 <= self.max_prompt_tokens <= 223, "policy.max_prompt_tokens in [0, 223]")
         _check(0.0 <= self.pause_stop_min_probability <= 1.0, "policy.pause_stop_min_probability in [0, 1]")
 
