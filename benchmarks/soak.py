@@ -14,11 +14,12 @@ session after another, in turn:
 - ``upload``: a clip posted to ``/v1/audio/transcriptions`` (multipart, as the openai SDK does);
 - ``malformed``: a native session whose first message is not JSON (closed with 1007).
 
-It prints the sessions of each kind, how many were refused for capacity (uploads: 429) and how
-many went wrong, the server's RSS over time, and the drift: the median RSS of the last fifth
-against that of the second fifth (after warm-up), and a least-squares slope over the second half
-in MB an hour. At the end it waits out the resume grace and reads ``streamwhisper_sessions``
-from ``/metrics``: 0 when every session was let go. Figures only, never asserts.
+It prints the sessions of each kind, how many were refused for capacity (uploads: 429; streams
+closed 1013 or a Wyoming error when the live sessions lag) and how many went wrong, the server's
+RSS over time, and the drift: the median RSS of the last fifth against that of the second fifth
+(after warm-up), and a least-squares slope over the second half in MB an hour. At the end it
+waits out the resume grace and reads ``streamwhisper_sessions`` from ``/metrics``: 0 when every
+session was let go. Figures only, never asserts.
 
     .venv/bin/python benchmarks/soak.py                   # 4 users, 40 minutes
     .venv/bin/python benchmarks/soak.py --users 6 --minutes 120
@@ -48,6 +49,7 @@ import websockets
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -112,13 +114,16 @@ async def deepgram(base: str, audio: np.ndarray) -> bool:
             return len([m async for m in ws if json.loads(m).get("is_final")])
 
         reader = asyncio.create_task(read())
-        async for chunk in paced(audio):
-            await ws.send(pcm16(chunk))
-        await ws.send(json.dumps({"type": "CloseStream"}))
+        try:
+            async for chunk in paced(audio):
+                await ws.send(pcm16(chunk))
+            await ws.send(json.dumps({"type": "CloseStream"}))
+        finally:
+            await asyncio.wait([reader])  # (its outcome is the session's, closed or not)
         return await reader > 0
 
 
-async def wyoming(port: int, audio: np.ndarray) -> bool:
+async def wyoming(port: int, audio: np.ndarray) -> bool | str:
     async with AsyncTcpClient("127.0.0.1", port) as client:
         await client.write_event(Transcribe().event())
         await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
@@ -128,6 +133,8 @@ async def wyoming(port: int, audio: np.ndarray) -> bool:
         while (event := await client.read_event()) is not None:
             if Transcript.is_type(event.type):
                 return bool(Transcript.from_event(event).text)
+            if Error.is_type(event.type):
+                return str(Error.from_event(event).code)
     return False
 
 
@@ -194,6 +201,14 @@ async def session(
     return await malformed(base)
 
 
+def overloaded(exc: Exception) -> bool:
+    """Whether the server refused or closed the session as overloaded (1013: its live sessions
+    lag), as it should under more load than the machine carries."""
+    if isinstance(exc, websockets.ConnectionClosed):
+        return exc.rcvd is not None and exc.rcvd.code == 1013
+    return isinstance(exc, ConnectionError) and "(1013)" in str(exc)
+
+
 async def user(n: int, base: str, wyoming_port: int, clips: list[np.ndarray], until: float, tally: Counter) -> None:
     pick = itertools.count(n * 7)
     async with aiohttp.ClientSession() as http:
@@ -205,7 +220,10 @@ async def user(n: int, base: str, wyoming_port: int, clips: list[np.ndarray], un
                 ok = await session(kind, http, base, wyoming_port, clips[next(pick) % len(clips)])
             except (OSError, websockets.WebSocketException, aiohttp.ClientError) as exc:
                 ok = False
-                tally[f"{kind} error {type(exc).__name__}"] += 1
+                if overloaded(exc):
+                    ok = "overloaded (1013)"
+                else:
+                    tally[f"{kind} error {type(exc).__name__}"] += 1
             if isinstance(ok, str):
                 tally[f"{kind} refused {ok}"] += 1
             tally[(kind, ok)] += 1
