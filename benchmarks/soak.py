@@ -56,16 +56,13 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.load import MANIFEST, start_server  # noqa: E402
 from benchmarks.scoring import read_manifest  # noqa: E402
+from streamwhisper.audio.convert import float32_to_pcm_s16le as pcm16  # noqa: E402
 from streamwhisper.audio.files import load_audio  # noqa: E402
 from streamwhisper.bench import cpu_name  # noqa: E402
 from streamwhisper.client import StreamClient  # noqa: E402
 
 KINDS = ("native", "native_drop", "deepgram", "wyoming", "realtime", "upload", "malformed")
 CHUNK = 1600  # samples a message: 100 ms
-
-
-def pcm16(audio: np.ndarray) -> bytes:
-    return (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
 
 
 def wav_bytes(audio: np.ndarray) -> bytes:
@@ -226,7 +223,7 @@ async def user(n: int, base: str, wyoming_port: int, clips: list[np.ndarray], un
                     tally[f"{kind} error {type(exc).__name__}"] += 1
             if isinstance(ok, str):
                 tally[f"{kind} refused {ok}"] += 1
-            tally[(kind, ok)] += 1
+            tally[(kind, "refused" if isinstance(ok, str) else "ok" if ok else "wrong")] += 1
 
 
 async def watch_rss(pid: int, until: float, every: float, samples: list[tuple[float, float]]) -> None:
@@ -289,8 +286,8 @@ def main() -> None:
         proc.terminate()
         proc.wait(timeout=60)
     for kind in KINDS:
-        refused = sum(n for key, n in tally.items() if isinstance(key, str) and key.startswith(f"{kind} refused"))
-        print(f"{kind}: {tally[(kind, True)]} ok, {refused} refused, {tally[(kind, False)]} wrong", flush=True)
+        counts = ", ".join(f"{tally[(kind, outcome)]} {outcome}" for outcome in ("ok", "refused", "wrong"))
+        print(f"{kind}: {counts}", flush=True)
     for key, n in sorted((k, n) for k, n in tally.items() if isinstance(k, str)):
         print(f"  {key}: {n}")
     step = max(len(samples) // 16, 1)
