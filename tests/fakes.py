@@ -30,8 +30,9 @@ SR = 16_000
 
 # The agreement mechanics alone: any window may commit, a word only needs to end two of
 # Whisper's 20 ms steps before its window's end (the defaults are stricter; see their tests),
-# and only agreement commits (no stall_commit_s).
-AGREEMENT = PolicyConfig(commit_margin_s=0.04, min_commit_window_s=0.0, stall_commit_s=0.0)
+# and only agreement commits: every word, even one the model is sure of, needs two hypotheses
+# (sure_hypotheses 2), and no stall_commit_s.
+AGREEMENT = PolicyConfig(commit_margin_s=0.04, min_commit_window_s=0.0, stall_commit_s=0.0, sure_hypotheses=2)
 
 # --- hypotheses on the absolute clock ----------------------------------------------------------
 
@@ -45,8 +46,7 @@ def hyp(
     at probability 0.9 unless ``probabilities`` gives them."""
     ps = [0.9] * len(words) if probabilities is None else probabilities
     ws = tuple(
-        HypothesisWord(w, round(s - offset, 3), round(e - offset, 3), p)
-        for (w, s, e), p in zip(words, ps, strict=True)
+        HypothesisWord(w, round(s - offset, 3), round(e - offset, 3), p) for (w, s, e), p in zip(words, ps, strict=True)
     )
     fields: dict[str, Any] = dict(avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.2, language="en")
     fields.update(kw)

@@ -137,7 +137,7 @@ def test_word_times_are_absolute_clamped_and_monotonic() -> None:
 
 
 def test_force_commit_and_skip() -> None:
-    p = CommitPolicy()
+    p = CommitPolicy(AGREEMENT)
     p.observe(hyp([(" a", 0.0, 1.0), (" b", 1.0, 2.0), (" c", 2.0, 3.0)]), 0.0, 3.0)
     assert texts(p.force_commit(2.0)) == [("Final", "a b"), ("Partial", "c")]
     assert p.committed_end == 2.0
@@ -181,12 +181,16 @@ def test_forced_prefix_ends_without_its_punctuation_mark() -> None:
     words = [(" That", 0.0, 0.5), (" rose,", 0.5, 1.0), (" Mike.", 1.0, 2.0)]
     for bare in (True, False):
         p = CommitPolicy(PolicyConfig(bare_prefix_end=bare))
-        p.observe(hyp(words), 0.0, 2.3)
-        (final,) = [e for e in p.observe(hyp(words), 0.0, 2.3) if isinstance(e, Final)]
+        events = p.observe(hyp(words), 0.0, 2.3) + p.observe(hyp(words), 0.0, 2.3)
+        (final,) = [e for e in events if isinstance(e, Final)]
         assert final.text == "That rose,"
         prompt, prefix = p.context(0.0)
         assert prompt == "" and prefix == (" That rose" if bare else " That rose,")
         assert p.context(0.7)[1] == (" rose" if bare else " rose,")
+
+
+# Any window commits, and every word needs two hypotheses: the reopened windows below count them.
+TWO_SAY_IT = PolicyConfig(min_commit_window_s=0.0, sure_hypotheses=2)
 
 
 def test_a_window_reopened_after_a_pause_hears_its_committed_words_again() -> None:
@@ -196,7 +200,7 @@ def test_a_window_reopened_after_a_pause_hears_its_committed_words_again() -> No
     "can do for your country". Its words up to the commit point (in the pause) are the
     committed ones."""
     words = [(" can", 0.0, 0.3), (" do", 0.3, 0.5), (" for", 0.5, 1.0), (" you.", 1.0, 1.6)]
-    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p = CommitPolicy(TWO_SAY_IT)
     p.observe(hyp(words), 0.0, 2.0, endpoint=True)  # the utterance ends at a pause: commit point 2.0
     assert p.context(0.7) == ("", "")
     # " you." again, its end timed past the commit point, then the new words
@@ -205,7 +209,7 @@ def test_a_window_reopened_after_a_pause_hears_its_committed_words_again() -> No
     assert texts(p.observe(hyp(said, 0.7), 0.7, 3.6)) == [("Final", "Ask what"), ("Partial", "you")]
     assert p.context(0.7) == (" can do", " for you. Ask what"), "inside speech the committed words are the prefix"
     # the alignment can give the committed word again no audio, past the commit point
-    q = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    q = CommitPolicy(TWO_SAY_IT)
     q.observe(hyp(words), 0.0, 2.0, endpoint=True)
     again = [(" do", 0.3, 0.5), (" for", 0.5, 1.0), (" you.", 2.4, 2.4), (" Ask", 2.5, 2.8), (" what", 2.8, 3.1)]
     q.observe(hyp(again, 0.2), 0.2, 3.6)
@@ -237,7 +241,7 @@ def test_a_reopened_window_that_ends_at_the_committed_words_does_not_gainsay_the
     agrees with the first, and "Then in the same" is final one window sooner."""
     words = [(" painful", 0.0, 0.5), (" to", 0.5, 0.7), (" myself.", 0.7, 1.6)]
     new = [(" Then", 2.5, 2.8), (" in", 2.8, 2.9), (" the", 2.9, 3.1), (" same", 3.1, 3.4), (" ones.", 3.4, 4.2)]
-    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p = CommitPolicy(TWO_SAY_IT)
     p.observe(hyp(words), 0.0, 2.0, endpoint=True)  # the utterance closed at a pause
     assert texts(p.observe(hyp(words + new[:4], 0.1), 0.1, 3.9)) == [("Partial", "Then in the same")]
     assert p.observe(hyp(words, 0.1), 0.1, 4.4) == [], "the decoder ended its text at 'myself.': the partial stays"
@@ -250,7 +254,7 @@ def test_a_reopened_window_that_ends_at_the_committed_words_does_not_gainsay_the
 
 def test_a_reopened_window_keeps_a_new_word_like_the_last_committed_one_after_the_pause() -> None:
     """Only a first word that starts before the commit point is the committed word heard again."""
-    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p = CommitPolicy(TWO_SAY_IT)
     p.observe(hyp([(" thank", 0.0, 0.4), (" you.", 0.4, 0.9)]), 0.0, 1.5, endpoint=True)
     said = [(" you.", 0.4, 0.9), (" You", 1.8, 2.0), (" know", 2.0, 2.3), (" what", 2.3, 2.5)]
     p.observe(hyp(said), 0.0, 2.9)
@@ -267,7 +271,7 @@ def test_a_reopened_window_keeps_the_words_a_pause_hypothesis_never_said(unsaid:
     words = [(" a", 0.0, 0.2), (" part", 0.2, 0.6), (" of", 0.6, 0.8), (" their", 0.8, 2.4)]
     said = [(" part", 0.2, 0.6), (" of", 0.6, 0.8), (" their", 0.8, 1.0), (" productions,", 1.0, 1.6)]
     said += [(" whatever", 1.6, 2.0), (" were.", 2.0, 2.45), (" The", 3.2, 3.4), (" Middle", 3.4, 3.7)]
-    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p = CommitPolicy(TWO_SAY_IT)
     p.observe(hyp(words), 0.0, 2.5)  # the pause's hypothesis
     p.close(3.0, unsaid=unsaid)
     assert p.committed_end == 3.0 and p.context(0.1) == ("", "")  # reopened: heard again
@@ -303,13 +307,13 @@ def test_a_reopened_window_drops_the_committed_tail_heard_again_across_the_commi
     audio, after a commit point at 66.50 s (conversation_test_4, said twice in its finals). Words
     that start before the commit point and say the committed tail again are that tail."""
     words = [(" what's", 0.0, 0.4), (" called", 0.4, 1.0), (" a", 1.0, 1.15), (" liner.", 1.15, 1.5)]
-    p = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    p = CommitPolicy(TWO_SAY_IT)
     p.observe(hyp(words), 0.0, 2.0, endpoint=True)  # commit point 2.0, in the pause
     said = [*words[:2], (" a", 1.0, 2.3), (" liner.", 2.3, 2.3), (" And", 2.6, 2.9), (" used", 2.9, 3.1)]
     p.observe(hyp(said), 0.0, 3.6)
     assert texts(p.observe(hyp(said), 0.0, 3.6)) == [("Final", "And used")]
     # the same words after the commit point are said again: kept
-    q = CommitPolicy(PolicyConfig(min_commit_window_s=0.0))
+    q = CommitPolicy(TWO_SAY_IT)
     q.observe(hyp(words), 0.0, 2.0, endpoint=True)
     again = [*words, (" a", 2.2, 2.4), (" liner.", 2.4, 2.8), (" And", 2.9, 3.0)]
     q.observe(hyp(again), 0.0, 3.6)
@@ -338,7 +342,7 @@ def test_windows_shorter_than_min_commit_window_commit_nothing() -> None:
 
 
 def test_min_commit_window_is_configurable() -> None:
-    p = CommitPolicy(PolicyConfig(min_commit_window_s=1.0))
+    p = CommitPolicy(PolicyConfig(min_commit_window_s=1.0, sure_hypotheses=2))
     p.observe(hyp(ONE_TWO), 0.0, 1.9)
     assert texts(p.observe(hyp(ONE_TWO), 0.0, 1.95)) == [("Final", "one two")]
 
@@ -383,7 +387,8 @@ AGREED = [(" a", 1.5, 2.0), (" b", 2.1, 2.45), (" c", 2.5, 2.8), (" d", 2.85, 2.
     [(0.02, "a b c d"), (0.04, "a b c"), (0.3, "a b"), (0.6, "a"), (1.1, "")],
 )
 def test_commit_margin_holds_back_words_near_the_window_end(margin: float, committed: str) -> None:
-    p = CommitPolicy(PolicyConfig(commit_margin_s=margin, sure_margin_s=margin, min_commit_window_s=0.0))
+    config = PolicyConfig(commit_margin_s=margin, sure_margin_s=margin, min_commit_window_s=0.0, sure_hypotheses=2)
+    p = CommitPolicy(config)
     p.observe(hyp(AGREED), 0.0, 3.0)
     events = p.observe(hyp(AGREED), 0.0, 3.0)
     finals = [e.text for e in events if isinstance(e, Final)]
@@ -397,9 +402,16 @@ def test_commit_margin_holds_back_words_near_the_window_end(margin: float, commi
 
 def test_default_commit_margin() -> None:
     assert PolicyConfig().commit_margin_s == 0.5
+    doubted = [0.5] * len(AGREED)  # two hypotheses and the full margin
     p = CommitPolicy()
-    p.observe(hyp(AGREED), 0.0, 3.0)
-    assert texts(p.observe(hyp(AGREED), 0.0, 3.0)) == [("Final", "a b"), ("Partial", "c d")]
+    assert texts(p.observe(hyp(AGREED, probabilities=doubted), 0.0, 3.0)) == [("Partial", "a b c d")]
+    assert texts(p.observe(hyp(AGREED, probabilities=doubted), 0.0, 3.0)) == [("Final", "a b"), ("Partial", "c d")]
+    # sure words followed by another: the first hypothesis and sure_margin_s (0.15)
+    q = CommitPolicy()
+    assert texts(q.observe(hyp(AGREED, probabilities=[0.95] * len(AGREED)), 0.0, 3.0)) == [
+        ("Final", "a b c"),
+        ("Partial", "d"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -411,7 +423,9 @@ def test_default_commit_margin() -> None:
     ],
 )
 def test_a_sure_word_followed_by_another_needs_a_shorter_margin(probabilities: list[float], committed: str) -> None:
-    config = PolicyConfig(commit_margin_s=0.6, sure_margin_s=0.3, sure_probability=0.9, min_commit_window_s=0.0)
+    config = PolicyConfig(
+        commit_margin_s=0.6, sure_margin_s=0.3, sure_probability=0.9, min_commit_window_s=0.0, sure_hypotheses=2
+    )
     words = AGREED[: len(probabilities)]
     p = CommitPolicy(config)
     p.observe(hyp(words, probabilities=probabilities), 0.0, 3.0)
@@ -449,8 +463,8 @@ def test_the_last_word_of_a_hypothesis_needs_the_full_margin() -> None:
     config = PolicyConfig(commit_margin_s=0.6, sure_margin_s=0.3, min_commit_window_s=0.0)
     p = CommitPolicy(config)
     two = AGREED[:2]  # b ends 0.55 s before the window's end and nothing follows it
-    p.observe(hyp(two, probabilities=[0.99, 0.99]), 0.0, 3.0)
     events = p.observe(hyp(two, probabilities=[0.99, 0.99]), 0.0, 3.0)
+    events += p.observe(hyp(two, probabilities=[0.99, 0.99]), 0.0, 3.0)
     assert [e.text for e in events if isinstance(e, Final)] == ["a"]
 
 
@@ -464,12 +478,13 @@ def test_words_two_hypotheses_disagree_on_are_taken_as_the_latest_says_them_stal
         said = [(" got", 0.8, 1.1), (" it", 1.5, 1.8), (" now", 2.0, 2.3), (" here", 2.4, 2.7)]
         return [texts(first), texts(second), texts(p.observe(hyp(said), 0.0, 3.9))]
 
-    assert run(PolicyConfig()) == [
+    # every word needs two hypotheses here
+    assert run(PolicyConfig(sure_hypotheses=2)) == [
         [("Partial", "uh we got")],
         [("Final", "a we"), ("Partial", "got it")],
         [("Final", "got it"), ("Partial", "now here")],
     ]
-    without = run(PolicyConfig(stall_commit_s=0.0))
+    without = run(PolicyConfig(stall_commit_s=0.0, sure_hypotheses=2))
     assert without[1] == [("Partial", "a we got it")] and without[2] == [("Partial", "got it now here")]
 
 
@@ -481,9 +496,9 @@ def test_a_doubted_word_needs_a_third_hypothesis_when_asked() -> None:
         for end in (2.0, 3.0, 4.0):
             h = hyp(words)
             # the model doubts "Trail" every time it says it
-            h = dataclasses.replace(h, words=tuple(
-                dataclasses.replace(w, probability=0.4 if "Trail" in w.word else 0.9) for w in h.words
-            ))
+            h = dataclasses.replace(
+                h, words=tuple(dataclasses.replace(w, probability=0.4 if "Trail" in w.word else 0.9) for w in h.words)
+            )
             out.append(texts(policy.observe(h, 0.0, end)))
         return out
 
@@ -577,7 +592,8 @@ def test_golden_agreement_and_endpoint() -> None:
 
 
 def test_golden_agreement_with_default_settings() -> None:
-    # The same speech with the defaults (at a 1 s step): the 1 s window commits nothing; then the committed
+    # The same speech with the defaults (at a 1 s step): the 1 s window commits nothing; the 2 s one
+    # commits the sure words another follows on its own (sure_hypotheses 1); then the committed
     # words stay in the window and are sent as the forced prefix of the endpoint request.
     misheard = [(" Hello", 0.4, 0.8), (" word", 0.8, 1.0)]
     run_scenario(

@@ -139,8 +139,8 @@ def test_a_short_sampled_hypothesis_is_dropped_unless_the_last_one_said_it() -> 
     # in a stream: a sampled "Thank you." after silence gives nothing; after a clear one, it stays
     p = CommitPolicy(PolicyConfig())
     assert p.observe(hyp(thanks, temperature=0.4), 0.0, 2.0) == []
-    assert p.observe(hyp(thanks), 0.0, 2.5)[-1].text == "Thank you."
-    assert p.observe(hyp(thanks, temperature=0.4), 0.0, 3.0, endpoint=True)[-1].text == "Thank you."
+    assert texts(p.observe(hyp(thanks), 0.0, 2.5)) == [("Final", "Thank"), ("Partial", "you.")]  # sure: at once
+    assert texts(p.observe(hyp(thanks, temperature=0.4), 0.0, 3.0, endpoint=True)) == [("Final", "you.")]
 
 
 def test_a_loop_is_judged_by_the_words_before_it() -> None:

@@ -121,7 +121,8 @@ def test_window_limit_forces_commits_in_continuous_speech(prefix: bool) -> None:
     audio, spoken = synth(100.0, seed=3, continuous=(0.0, 100.0))
     recognizer = ToneRecognizer(unstable=True)
     config = TRIM_AT_COMMIT if not prefix else StreamingConfig()
-    config = replace(config, policy=PolicyConfig(stall_commit_s=0.0))  # only the window limit commits
+    # only the window limit commits: no stall commits, and no word from one hypothesis
+    config = replace(config, policy=PolicyConfig(stall_commit_s=0.0, sure_hypotheses=2))
     events = feed_all(Streamer(config, vad=EnergyVad()), recognizer, audio, [1_600])
     check_stream(events, spoken)
     finals = [e for e in events if isinstance(e, Final)]

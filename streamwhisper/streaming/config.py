@@ -73,15 +73,14 @@ class PolicyConfig:
     commit_margin_s: float = 0.5
     # ... but a word the model is sure of (probability >= sure_probability) with another word
     # after it in the hypothesis needs only sure_margin_s: a word cut at the window's end is
-    # the hypothesis's last word, or a doubted one. Longform finals p50 0.80 -> 0.70 s in an
-    # unaware replay, WER 6.2 % either way (read_en 7.1 %, as offline).
-    sure_margin_s: float = 0.3
+    # the hypothesis's last word, or a doubted one.
+    sure_margin_s: float = 0.15
     sure_probability: float = 0.9
-    # How many hypotheses must say such a sure word: 2 (agreement, as for any word) or 1 (the
-    # first that says it commits it). 1 with sure_margin_s 0.15, replayed: conversation_tune
-    # final p50 1.10 -> 1.02 s, WER 26.3 -> 24.8 %; conversation_test 1.04 -> 0.96 s, the same
-    # WER; hard 1.18 -> 1.14 s, WER +0.3 (docs/tuning-log.md, thirty-third session).
-    sure_hypotheses: int = 2
+    # How many hypotheses must say such a sure word: 1 (the first that says it commits it) or 2
+    # (agreement, as for any other word). 1 with sure_margin_s 0.15 against 2 with 0.3, replayed:
+    # conversation_tune final p50 1.10 -> 1.02 s, WER 26.3 -> 24.8 %; held out, conversation_test
+    # 1.04 -> 0.96 s and hard 1.18 -> 1.14 s, WER within two edits (docs/tuning-log.md).
+    sure_hypotheses: int = 1
     min_commit_window_s: float = 2.0
     # A word without agreement that the hypothesis before heard too (in another form) is committed
     # as the latest hypothesis says it once it ends stall_commit_s before the window's end:
