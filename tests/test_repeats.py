@@ -17,7 +17,6 @@ guard cannot catch it: it compares with committed words, and the first copy is n
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -55,9 +54,7 @@ def load(name: str) -> dict[str, Any]:
 # the settings the schedule was recorded with: a window reopened after a pause took the committed
 # words in it as a forced prefix (reopened_prefix), which its requests' prefix text records, and
 # every word needed two hypotheses (sure_hypotheses 2), which the prefixes record too
-RECORDED = dataclasses.replace(
-    StreamingConfig(), policy=dataclasses.replace(PolicyConfig(), reopened_prefix=True, sure_hypotheses=2)
-)
+RECORDED = StreamingConfig(policy=PolicyConfig(reopened_prefix=True, sure_hypotheses=2))
 
 
 def finals(schedule: dict[str, Any], *, same_text: bool = True) -> list[str]:
