@@ -12,7 +12,10 @@ turn's length over N after the one before it: ``--stagger``) and, per turn, meas
   turn's last voiced frame (webrtcvad), the audio up to there sent first; ``--client-stop end``
   sends it right after the clip's last sample instead (read_en clips end 0.09 s after their last
   voiced frame at the median). A live client goes on sending the clip's rest, then silence, at
-  real time while it waits (at most 15 s: a turn without its final is ``missing``);
+  real time while it waits (at most 15 s: a turn without its final is ``missing``). When the
+  server's own endpoint ended the turn first (its final, holding the turn's last word, came
+  before the finalize, which then has nothing to answer: docs/protocol.md), the turn counts 0 s
+  and ``early``;
 - ``endpoint``: the client keeps sending silence; from the end of the turn's speech (its last
   voiced frame, when that audio was sent) to the final the server's own endpointing makes (a
   final later than 2.5 s is waited for, up to 15 s more, and timed; ``missing`` counts turns
@@ -61,6 +64,7 @@ CHUNK = 1600  # 100 ms per message, as live clients send
 GAP_S = 1.0  # silence between turns
 ENDPOINT_WAIT_S = 2.5  # silence sent after a turn in endpoint mode before its messages are read
 LATE_WAIT_S = 15.0  # ... and then more, 100 ms at a time, until the turn's final comes (at most)
+EARLY_SLACK_S = 0.5  # a final ending this much before the client's end of speech holds the turn's last word
 
 
 class Turn:
@@ -100,7 +104,8 @@ async def _quiet_gap(clock: list[float]) -> None:
 @dataclass(frozen=True)
 class Live:
     """One live WebSocket protocol: its URL, end-of-turn and end-of-stream messages, which
-    message answers a finalize, which is a final, and the end of a final's last word."""
+    message answers a finalize, which is a final, the end of a final's last word, and which final
+    ended an utterance at the server's own endpoint."""
 
     path: str
     finalize: str
@@ -108,6 +113,7 @@ class Live:
     finalized: Callable[[dict], bool]
     final: Callable[[dict], bool]
     last_end: LastEnd
+    ended: Callable[[dict], bool]  # the server's own endpoint ended an utterance with this final
 
 
 async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> list[float]:
@@ -129,7 +135,7 @@ async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> lis
             if mode == "finalize":  # the audio goes on at real time while the client waits
                 asked = time.monotonic()
                 await ws.send(live.finalize)
-                final = asyncio.create_task(_finalized(live, arrivals, asked))
+                final = asyncio.create_task(_finalized(live, arrivals, asked, began + speech_end))
                 await _paced(ws.send, float32_to_pcm_s16le(tail), clock, Turn())
                 while not final.done():
                     await _paced(ws.send, bytes(3200), clock, Turn())
@@ -151,9 +157,23 @@ async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> lis
     return out
 
 
-async def _finalized(live: Live, arrivals: asyncio.Queue[tuple[float, dict]], asked: float) -> float:
+async def _finalized(live: Live, arrivals: asyncio.Queue[tuple[float, dict]], asked: float, speech_end: float) -> float:
     """Seconds from ``asked`` (when the finalize was sent) to the final that answers it (NaN
-    after ``LATE_WAIT_S``)."""
+    after ``LATE_WAIT_S``); 0 when the server's own endpoint ended the turn first, with a final
+    holding its last word (ending at most ``EARLY_SLACK_S`` before ``speech_end``, the client's
+    end of speech, on the stream's clock) that came before the finalize: the client had the
+    turn's text when it ended the turn (the server's VAD, on the whole stream, can place the end
+    of speech a few frames before the client's, which heard the clip alone)."""
+    came = []
+    while not arrivals.empty():
+        came.append(arrivals.get_nowait())
+    for at, message in came:
+        end = live.last_end(message) if at < asked and live.ended(message) else None
+        if end is not None and end >= speech_end - EARLY_SLACK_S:
+            return 0.0
+    for at, message in came:
+        if at >= asked and live.finalized(message):
+            return at - asked
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(LATE_WAIT_S):
             while True:
@@ -196,6 +216,7 @@ NATIVE = Live(
     _native_final,
     lambda m: m.get("type") == "final",
     _native_last_end,
+    _native_final,
 )
 # as LiveKit's plugin configures it (endpointing=25)
 DEEPGRAM = Live(
@@ -205,6 +226,7 @@ DEEPGRAM = Live(
     lambda m: m.get("type") == "Results" and bool(m.get("from_finalize")),
     lambda m: m.get("type") == "Results" and bool(m.get("is_final")),
     _deepgram_last_end,
+    lambda m: m.get("type") == "Results" and bool(m.get("speech_final")),
 )
 
 
@@ -221,6 +243,7 @@ FLUX = Live(
     lambda m: m.get("event") == "EndOfTurn",
     lambda m: m.get("event") == "EndOfTurn",
     _flux_last_end,
+    lambda m: m.get("event") == "EndOfTurn",
 )
 
 
@@ -386,6 +409,7 @@ def main() -> None:
                         "streams": streams,
                         "turns": len(times),
                         "missing": len(times) - len(ok),
+                        "early": sum(t == 0.0 for t in ok),  # the server's endpoint ended the turn first
                         "ttfs_p50": round(_or_nan(pct(ok, 50)), 3),
                         "ttfs_p95": round(_or_nan(pct(ok, 95)), 3),
                         "client_stop": args.client_stop,

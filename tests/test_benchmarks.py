@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from benchmarks.resume import Run, best_match
 from benchmarks.scoring import Clip, normalize_with_marks, word_error_rate
 from benchmarks.soak import drift
 from benchmarks.streaming import summarize
-from benchmarks.ttfs import GAP_S, auto_stagger
+from benchmarks.ttfs import DEEPGRAM, GAP_S, NATIVE, _finalized, auto_stagger
 from streamwhisper.bench import StreamRun, score_latency
 from streamwhisper.events import Final, Word
 
@@ -198,6 +199,39 @@ def test_ttfs_clients_start_a_mean_turn_apart_over_their_number() -> None:
     turn_s = (2.05 + 4.0) / 2 + GAP_S
     assert auto_stagger(clips, 8) == pytest.approx(turn_s / 8)
     assert auto_stagger(clips, 1) == pytest.approx(turn_s)
+
+
+def _native(at: float, endpoint: bool, end: float) -> tuple[float, dict]:
+    return at, {"type": "final", "endpoint": endpoint, "words": [{"word": "was.", "start": end - 0.3, "end": end}]}
+
+
+def _ttfs(live, came: list[tuple[float, dict]], asked: float, speech_end: float) -> float:
+    async def run() -> float:
+        arrivals: asyncio.Queue[tuple[float, dict]] = asyncio.Queue()
+        for message in came:
+            arrivals.put_nowait(message)
+        return await _finalized(live, arrivals, asked, speech_end)
+
+    return asyncio.run(run())
+
+
+def test_ttfs_times_the_answer_or_counts_a_turn_the_servers_endpoint_ended_first_as_zero() -> None:
+    """A finalize that came after the server's own endpoint final (holding the turn's last word)
+    has nothing to answer: the client had the text, 0 s. A final before the finalize that is not
+    the turn's end (a pause's, or an earlier utterance's) is no answer: the finalize's is timed."""
+    # the server's VAD ended the turn 80 ms before the client's finalize (speech end 41.39 s)
+    assert _ttfs(NATIVE, [_native(19.11, True, 41.28)], asked=19.19, speech_end=41.39) == 0.0
+    answer = _native(19.5, True, 41.3)
+    # an earlier utterance's endpoint final, or a final at a pause, then the finalize's answer
+    for early in (_native(18.0, True, 39.0), _native(19.11, False, 41.28)):
+        assert _ttfs(NATIVE, [early, answer], asked=19.19, speech_end=41.39) == pytest.approx(0.31)
+    # Deepgram: is_final without speech_final is no end of the turn; from_finalize answers it
+    words = {"alternatives": [{"words": [{"word": "was", "end": 41.28}]}]}
+    pause = (19.11, {"type": "Results", "is_final": True, "speech_final": False, "channel": words})
+    answered = (19.4, {"type": "Results", "is_final": True, "from_finalize": True, "channel": words})
+    assert _ttfs(DEEPGRAM, [pause, answered], asked=19.19, speech_end=41.39) == pytest.approx(0.21)
+    ended = (19.11, {**pause[1], "speech_final": True})
+    assert _ttfs(DEEPGRAM, [ended], asked=19.19, speech_end=41.39) == 0.0
 
 
 def test_soak_drift_tells_a_leak_from_a_plateau() -> None:

@@ -30,20 +30,24 @@ was handed on.
 from __future__ import annotations
 
 import functools
+import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 
-from streamwhisper.events import Error, Event
+from streamwhisper.events import Error, Event, Final, SpeechEnded, SpeechStarted
 from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.streaming.streamer import Streamer
+from streamwhisper.whisper_input import SAMPLE_RATE
 
 # What became of a request: its hypothesis, the exception recognition raised, or None when the
 # scheduler dropped it unrun (shutting down, or the session went away).
 Outcome = Hypothesis | BaseException | None
 Done = Callable[[Outcome], None]
+
+logger = logging.getLogger(__name__)
 
 
 class SchedulerFull(RuntimeError):
@@ -145,6 +149,8 @@ class Pump:
         An utterance the streamer holds queued behind one that ended and waits for its last
         request cannot be ended yet; it is ended as soon as it begins (where the audio is then).
         """
+        s = self.streamer
+        logger.debug("finalize at %.2f s (%s)", s.audio.end / SAMPLE_RATE, "speech" if s.speaking else "quiet")
         self._finalize_owed = True
         self._retry_finalize()
         self._advance()
@@ -242,6 +248,10 @@ class Pump:
     def _emit(self, events: list[Event]) -> None:
         """Hand on the events of one step of the streamer, then the marks that step completed."""
         if events:
+            if logger.isEnabledFor(logging.DEBUG):
+                for e in events:
+                    if isinstance(e, (SpeechStarted, SpeechEnded)) or (isinstance(e, Final) and e.endpoint):
+                        logger.debug("%s", e)
             self._on_events(events)
         self._retry_finalize()
         self._call_marks()
@@ -254,6 +264,12 @@ class Pump:
         # still owed only while an utterance the finalize could not end goes on (VAD in speech)
         if self.streamer.utterances[0] > ended or not self.streamer.speaking:
             self._finalize_owed = False
+            logger.debug(
+                "finalize taken: utterances (ended, closed) %s, %d event(s), %s",
+                self.streamer.utterances,
+                len(events),
+                "a request out" if self._inflight else "no request out",
+            )
             self._emit(events)
 
     def _call_marks(self) -> None:
