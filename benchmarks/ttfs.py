@@ -15,7 +15,7 @@ turn's length over N after the one before it: ``--stagger``) and, per turn, meas
   real time while it waits (at most 15 s: a turn without its final is ``missing``). When the
   server's own endpoint ended the turn first (its final, holding the turn's last word, came
   before the finalize, which then has nothing to answer: docs/protocol.md), the turn counts 0 s
-  and ``early``;
+  and ``early`` (native and Flux; a Deepgram client cannot tell that final from a pause's);
 - ``endpoint``: the client keeps sending silence; from the end of the turn's speech (its last
   voiced frame, when that audio was sent) to the final the server's own endpointing makes (a
   final later than 2.5 s is waited for, up to 15 s more, and timed; ``missing`` counts turns
@@ -226,7 +226,9 @@ DEEPGRAM = Live(
     lambda m: m.get("type") == "Results" and bool(m.get("from_finalize")),
     lambda m: m.get("type") == "Results" and bool(m.get("is_final")),
     _deepgram_last_end,
-    lambda m: m.get("type") == "Results" and bool(m.get("speech_final")),
+    # with endpointing=25 a pause's final is speech_final too: no message here tells the
+    # server's own endpoint apart (UtteranceEnd needs utterance_end_ms), so no turn is early
+    lambda m: False,
 )
 
 

@@ -15,7 +15,7 @@ from benchmarks.resume import Run, best_match
 from benchmarks.scoring import Clip, normalize_with_marks, word_error_rate
 from benchmarks.soak import drift
 from benchmarks.streaming import summarize
-from benchmarks.ttfs import DEEPGRAM, GAP_S, NATIVE, _finalized, auto_stagger
+from benchmarks.ttfs import DEEPGRAM, FLUX, GAP_S, NATIVE, _finalized, auto_stagger
 from streamwhisper.bench import StreamRun, score_latency
 from streamwhisper.events import Final, Word
 
@@ -225,13 +225,14 @@ def test_ttfs_times_the_answer_or_counts_a_turn_the_servers_endpoint_ended_first
     # an earlier utterance's endpoint final, or a final at a pause, then the finalize's answer
     for early in (_native(18.0, True, 39.0), _native(19.11, False, 41.28)):
         assert _ttfs(NATIVE, [early, answer], asked=19.19, speech_end=41.39) == pytest.approx(0.31)
-    # Deepgram: is_final without speech_final is no end of the turn; from_finalize answers it
+    # Deepgram: a speech_final may be a pause's (endpointing=25): only from_finalize answers
     words = {"alternatives": [{"words": [{"word": "was", "end": 41.28}]}]}
-    pause = (19.11, {"type": "Results", "is_final": True, "speech_final": False, "channel": words})
+    pause = (19.11, {"type": "Results", "is_final": True, "speech_final": True, "channel": words})
     answered = (19.4, {"type": "Results", "is_final": True, "from_finalize": True, "channel": words})
     assert _ttfs(DEEPGRAM, [pause, answered], asked=19.19, speech_end=41.39) == pytest.approx(0.21)
-    ended = (19.11, {**pause[1], "speech_final": True})
-    assert _ttfs(DEEPGRAM, [ended], asked=19.19, speech_end=41.39) == 0.0
+    # Flux: an EndOfTurn is the turn's end
+    turn = (19.11, {"type": "TurnInfo", "event": "EndOfTurn", "words": [{"word": "was", "end": 41.28}]})
+    assert _ttfs(FLUX, [turn], asked=19.19, speech_end=41.39) == 0.0
 
 
 def test_soak_drift_tells_a_leak_from_a_plateau() -> None:
