@@ -40,6 +40,7 @@ import math
 import re
 import sys
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._common import emit, shared_data_dir, table  # noqa: E402
 from benchmarks.load import pct, start_server  # noqa: E402
 from benchmarks.scoring import read_manifest  # noqa: E402
-from benchmarks.ttfs_sessions import GAP_S, WYOMING, Turn, _paced, realtime_turns, wyoming_turns  # noqa: E402
+from benchmarks.ttfs_sessions import GAP_S, WYOMING, Turn, paced, realtime_turns, wyoming_turns  # noqa: E402
 from benchmarks.ttfs_uploads import Clip, deepgram_rest_turns, openai_rest_turns  # noqa: E402
 from streamwhisper.audio.convert import float32_to_pcm_s16le  # noqa: E402
 from streamwhisper.audio.files import load_audio  # noqa: E402
@@ -96,27 +97,27 @@ async def live_turns(live: Live, base: str, clips: list[Clip], mode: str) -> lis
         clock = [0.0, time.monotonic()]
         for head, tail, speech_end in clips:
             turn, began = Turn(), clock[0]
-            await _paced(ws.send, float32_to_pcm_s16le(head), clock, turn)
+            await paced(ws.send, float32_to_pcm_s16le(head), clock, turn)
             if mode == "finalize":  # the audio goes on at real time while the client waits
                 asked = time.monotonic()
                 await ws.send(live.finalize)
                 final = asyncio.create_task(_finalized(live, arrivals, asked, began + speech_end))
-                await _paced(ws.send, float32_to_pcm_s16le(tail), clock, Turn())
+                await paced(ws.send, float32_to_pcm_s16le(tail), clock, Turn())
                 while not final.done():
-                    await _paced(ws.send, bytes(3200), clock, Turn())
+                    await paced(ws.send, bytes(3200), clock, Turn())
                 out.append(final.result())
             else:  # the client goes on sending silence; the server's own endpointing ends the turn
-                await _paced(ws.send, float32_to_pcm_s16le(tail), clock, turn)
-                await _paced(ws.send, bytes(int(ENDPOINT_WAIT_S * 32000)), clock, Turn())
+                await paced(ws.send, float32_to_pcm_s16le(tail), clock, turn)
+                await paced(ws.send, bytes(int(ENDPOINT_WAIT_S * 32000)), clock, Turn())
                 ended = turn.sent_at(began + speech_end)
                 waited = _endpointed(live, arrivals, ended)
                 for _ in range(round(LATE_WAIT_S * 10)):  # a late final is timed, not missed
                     if not math.isnan(waited):
                         break
-                    await _paced(ws.send, bytes(3200), clock, Turn())
+                    await paced(ws.send, bytes(3200), clock, Turn())
                     waited = _endpointed(live, arrivals, ended)
                 out.append(waited)
-            await _paced(ws.send, bytes(int(GAP_S * 32000)), clock, Turn())
+            await paced(ws.send, bytes(int(GAP_S * 32000)), clock, Turn())
         await ws.send(live.eof)
         reader.cancel()
     return out
@@ -129,20 +130,17 @@ async def _finalized(live: Live, arrivals: asyncio.Queue[tuple[float, dict]], as
     end of speech, on the stream's clock) that came before the finalize: the client had the
     turn's text when it ended the turn (the server's VAD, on the whole stream, can place the end
     of speech a few frames before the client's, which heard the clip alone)."""
-    came = []
+    came: deque[tuple[float, dict]] = deque()  # what arrived before this was called
     while not arrivals.empty():
         came.append(arrivals.get_nowait())
     for at, message in came:
         end = live.last_end(message) if at < asked and live.ended(message) else None
         if end is not None and end >= speech_end - EARLY_SLACK_S:
             return 0.0
-    for at, message in came:
-        if at >= asked and live.finalized(message):
-            return at - asked
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(LATE_WAIT_S):
             while True:
-                at, message = await arrivals.get()
+                at, message = came.popleft() if came else await arrivals.get()
                 if at >= asked and live.finalized(message):
                     return at - asked
     return float("nan")

@@ -30,7 +30,7 @@ class Turn:
         return self.sent[-1][1]
 
 
-async def _paced(
+async def paced(
     send: Callable[[bytes], Awaitable[None]], pcm: bytes, clock: list[float], turn: Turn, rate: int = 16000
 ) -> None:
     """Send s16le audio at real time in 100 ms messages; ``clock`` = [stream seconds so far,
@@ -43,9 +43,9 @@ async def _paced(
         await asyncio.sleep(max(0.0, clock[1] + clock[0] - time.monotonic()))
 
 
-async def _quiet_gap(clock: list[float]) -> None:
+async def quiet_gap(clock: list[float]) -> None:
     """The pause between turns, in which a client with its own VAD sends nothing; then the
-    stream's ``clock`` (as :func:`_paced`'s) restarts from now, so that the next turn goes at real
+    stream's ``clock`` (as :func:`paced`'s) restarts from now, so that the next turn goes at real
     time however long the last answer took."""
     await asyncio.sleep(GAP_S)
     clock[1] = time.monotonic() - clock[0]
@@ -71,7 +71,7 @@ async def realtime_turns(base: str, clips: list[Clip], mode: str) -> list[float]
 
         clock = [0.0, time.monotonic()]
         for head, _, _ in clips:
-            await _paced(append, float32_to_pcm_s16le(resample(head, 16000, 24000)), clock, Turn(), rate=24000)
+            await paced(append, float32_to_pcm_s16le(resample(head, 16000, 24000)), clock, Turn(), rate=24000)
             asked = time.monotonic()
             await ws.send('{"type":"input_audio_buffer.commit"}')
             got = float("nan")
@@ -83,7 +83,7 @@ async def realtime_turns(base: str, clips: list[Clip], mode: str) -> list[float]
                             got = time.monotonic() - asked
                             break
             out.append(got)
-            await _quiet_gap(clock)
+            await quiet_gap(clock)
     return out
 
 
@@ -104,7 +104,7 @@ async def wyoming_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
             async def chunk(data: bytes) -> None:
                 await client.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=data).event())
 
-            await _paced(chunk, float32_to_pcm_s16le(audio), clock, Turn())
+            await paced(chunk, float32_to_pcm_s16le(audio), clock, Turn())
             asked = time.monotonic()
             await client.write_event(AudioStop().event())
             got = float("nan")
@@ -113,7 +113,7 @@ async def wyoming_turns(base: str, clips: list[Clip], mode: str) -> list[float]:
                     got = time.monotonic() - asked
                     break
             out.append(got)
-            await _quiet_gap(clock)
+            await quiet_gap(clock)
     return out
 
 
