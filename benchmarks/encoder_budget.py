@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from streamwhisper.bench import cpu_name
+from streamwhisper.model.cpu_threads import configure_threads
 from streamwhisper.model.int8 import TokenScaledInt8Linear
-from streamwhisper.model.loading import configure_threads, load_model
+from streamwhisper.model.loading import load_model
 
 
 def timed_ms(fn: Callable[[], object], runs: int) -> float:

@@ -59,8 +59,9 @@ def _ours(
     import torch
 
     import streamwhisper
+    from streamwhisper.model.cpu_threads import configure_threads
     from streamwhisper.model.decoding import DecodeOptions
-    from streamwhisper.model.loading import configure_threads, load_model
+    from streamwhisper.model.loading import load_model
     from streamwhisper.transcribe import TranscribeOptions, Transcriber
 
     configure_threads(threads)  # as `streamwhisper transcribe` runs: torch's threads, numpy's BLAS on one
@@ -402,7 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--audio", nargs="+", metavar="WAV", help="clips to use instead of talk60.wav and news120.wav")
     parser.add_argument("--longform", action="store_true", help="add the eval manifest's longform clips")
     parser.add_argument(
-        "--wer", action="append", default=[], metavar="CATEGORY",
+        "--wer",
+        action="append",
+        default=[],
+        metavar="CATEGORY",
         help="also transcribe this manifest category and report each engine's WER and speed over it (repeatable)",
     )
     parser.add_argument("--manifest", type=Path, help="eval manifest (default: shared/data/eval/manifest.tsv)")

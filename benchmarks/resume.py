@@ -221,7 +221,8 @@ def main() -> None:
     from benchmarks.scoring import read_manifest
     from streamwhisper.audio.files import load_audio
     from streamwhisper.bench import cpu_name
-    from streamwhisper.model.loading import configure_threads, load_model
+    from streamwhisper.model.cpu_threads import configure_threads
+    from streamwhisper.model.loading import load_model
     from streamwhisper.model.serving import WhisperRecognizer
 
     configure_threads()

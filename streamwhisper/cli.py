@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import sys
 from collections.abc import Sequence
@@ -166,11 +167,26 @@ def resolve_config(args: argparse.Namespace) -> Config:
 
 def load_configured_model(config: Config):  # type: ignore[no-untyped-def]
     """Apply the thread settings and load the configured model."""
-    from .model.loading import configure_threads, load_model
+    from .model.cpu_threads import configure_threads
+    from .model.loading import load_model
 
     configure_threads(config.model.threads)
     m = config.model
     return load_model(m.name, m.device, m.compute_type, m.download_root or None, m.download_url or None)
+
+
+def worker_recognizer(config: Config):  # type: ignore[no-untyped-def]
+    """The configured model, loaded and warmed up, for inference worker threads: the loading
+    thread then lets its OpenMP team go, as a team beside the workers' slows every one of them
+    (:mod:`.model.cpu_threads`)."""
+    from .model.cpu_threads import release_openmp_threads
+    from .model.serving import WhisperRecognizer
+    from .runtime.server import warm_up
+
+    recognizer = WhisperRecognizer(load_configured_model(config), config.recognizer)
+    warm_up(recognizer)
+    release_openmp_threads()
+    return recognizer
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -237,20 +253,18 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .model.loading import core_sharing
-    from .model.serving import WhisperRecognizer
+    from .model.cpu_threads import core_sharing
     from .runtime.config import inference_threads
-    from .runtime.server import Daemon, warm_up
+    from .runtime.server import Daemon
 
     config = resolve_config(args)
     workers = inference_threads(config.server.workers, config.model.device)
     config = dataclasses.replace(config, server=dataclasses.replace(config.server, workers=workers))
-    recognizer = WhisperRecognizer(load_configured_model(config), config.recognizer)
-    warm_up(recognizer)
+    recognizer = worker_recognizer(config)
 
     async def run() -> None:
         sharing = core_sharing(config.server.workers, config.model.threads)
-        daemon = Daemon(config.server, config.streaming, recognizer, config.model.name, on_batch_start=sharing)
+        daemon = Daemon(config.server, config.streaming, recognizer, config.model.name, on_share=sharing)
         await daemon.start()
         print(f"streamwhisper: serving {config.model.name} on {daemon.url}/v1/stream (Ctrl-C to stop)", file=sys.stderr)
         if config.server.wyoming_port:
@@ -268,8 +282,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_listen(args: argparse.Namespace) -> int:
     from .listen.app import ListenOptions, run_listen
     from .listen.mic import NO_INPUT_DEVICES, format_devices, list_input_devices, parse_device
-    from .model.serving import WhisperRecognizer
-    from .runtime.server import warm_up
     from .runtime.wire import normalize_language
 
     if args.list_devices:
@@ -288,13 +300,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
         task=args.task,
         partials=sys.stdout.isatty() if args.partials is None else args.partials,
     )
-
-    def load() -> WhisperRecognizer:
-        recognizer = WhisperRecognizer(load_configured_model(config), config.recognizer)
-        warm_up(recognizer)
-        return recognizer
-
-    return run_listen(options, config, load)
+    return run_listen(options, config, functools.partial(worker_recognizer, config))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

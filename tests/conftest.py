@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from benchmarks.scoring import Clip, read_manifest
-from streamwhisper.model.loading import configure_threads
+from streamwhisper.model.cpu_threads import configure_threads
 
 configure_threads()  # as the CLI does: numpy's BLAS single-threaded, the cores to torch
 

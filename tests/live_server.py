@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as sync_connect
 
 from streamwhisper.config import Config
-from streamwhisper.model.loading import core_sharing
+from streamwhisper.model.cpu_threads import core_sharing
 from streamwhisper.model.serving import WhisperRecognizer
 from streamwhisper.runtime.config import inference_threads
 from streamwhisper.runtime.server import Daemon
@@ -63,7 +63,7 @@ class LiveServer:
             recognizer = self._wrap(WhisperRecognizer(self._model))
             sharing = core_sharing(inference_threads(config.server.workers), config.model.threads)  # as serve does
             daemon = Daemon(
-                config.server, config.streaming, recognizer, self._name, clock=self._loop.time, on_batch_start=sharing
+                config.server, config.streaming, recognizer, self._name, clock=self._loop.time, on_share=sharing
             )
             await daemon.start()
             return daemon

@@ -7,9 +7,6 @@ unbatched. tiny.en comes from the session fixture; base is loaded once for this 
 
 from __future__ import annotations
 
-import os
-import threading
-
 import numpy as np
 import pytest
 import torch
@@ -22,7 +19,7 @@ from streamwhisper.errors import ConfigError
 from streamwhisper.model.attention import blocked_attention
 from streamwhisper.model.decoding import DecodeOptions, decode
 from streamwhisper.model.kv_cache import KVCache
-from streamwhisper.model.loading import bfloat16_pays_off, configure_threads, core_sharing, load_model
+from streamwhisper.model.loading import bfloat16_pays_off, load_model
 from streamwhisper.model.tokenizer import get_tokenizer
 from streamwhisper.model.whisper import ModelDimensions, Whisper
 from streamwhisper.transcribe import Transcriber
@@ -548,43 +545,9 @@ def test_int8_compute_types_transcribe_jfk(
     assert word_error_rate([JFK_REFERENCE], [result.text]) <= 0.1
 
 
-def test_configure_threads_leaves_numpy_blas_one_thread() -> None:
-    from threadpoolctl import threadpool_info, threadpool_limits
-
-    np.ones((64, 64), dtype=np.float32) @ np.ones((64, 64), dtype=np.float32)  # BLAS is loaded
-    with threadpool_limits(2, user_api="blas"):
-        configure_threads(torch.get_num_threads())
-        blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
-        assert blas and all(pool["num_threads"] == 1 for pool in blas)
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (no GPU on this machine)")
 def test_cuda_default_compute_type_transcribes_jfk(jfk_audio: np.ndarray) -> None:
     model = load_model("tiny.en", device="cuda")  # float16 by default on CUDA
     assert next(model.parameters()).is_cuda and model.dtype == torch.float16
     result = Transcriber(model).transcribe(jfk_audio)
     assert word_error_rate([JFK_REFERENCE], [result.text]) <= 0.1
-
-
-def test_core_sharing_gives_a_batch_alone_every_core_and_one_beside_another_its_share() -> None:
-    """Two inference workers on this machine's cores: torch threads are set on the calling
-    thread before each batch, only when the count changes; nothing to share for one worker or
-    an explicit thread count."""
-    assert core_sharing(1) is None and core_sharing(2, threads=3) is None
-    share = core_sharing(2)
-    assert share is not None
-    cores = len(os.sched_getaffinity(0))
-    seen: list[int] = []
-
-    def in_a_worker_thread() -> None:
-        share(1)
-        seen.append(torch.get_num_threads())
-        share(2)
-        seen.append(torch.get_num_threads())
-
-    before = torch.get_num_threads()
-    thread = threading.Thread(target=in_a_worker_thread)
-    thread.start()
-    thread.join()
-    torch.set_num_threads(before)  # (torch's count may be process-wide on some builds)
-    assert seen == [cores, max(1, cores // 2)]

@@ -69,6 +69,11 @@ async def busy(worker: InferenceWorker, recognizer: TimedRecognizer, client: Cli
     await asyncio.to_thread(recognizer.entered.wait)
 
 
+def running(shares: list[int]) -> list[int]:
+    """What ``on_share`` was told before and during batches (0 is a batch's end)."""
+    return [n for n in shares if n]
+
+
 def test_urgent_requests_go_first_then_oldest_first_at_most_max_batch_each() -> None:
     """Urgent: endpoint requests and those that may serve as one (a pause's, "p"); they run in
     batches of their own, so a turn's final never waits for other streams' partials."""
@@ -181,7 +186,7 @@ def test_what_starts_beside_a_batch_under_way(under_way: str, arriving: str, bes
     starts: list[int] = []
 
     async def main() -> None:
-        worker = InferenceWorker(recognizer, max_batch=4, on_start=starts.append)
+        worker = InferenceWorker(recognizer, max_batch=4, on_share=starts.append)
         client = Client(worker)
         client.submit(under_way, endpoint=under_way.startswith("e"))
         worker.start()
@@ -199,7 +204,7 @@ def test_what_starts_beside_a_batch_under_way(under_way: str, arriving: str, bes
         await worker.stop()
         assert recognizer.batches == [[under_way], [key]]
         assert worker.stats.interrupted == 0, "nothing thrown away"
-        assert starts == ([1, 2] if beside else [1, 1])
+        assert running(starts) == ([1, 2] if beside else [1, 1]) and starts.count(0) == 2
 
     run(recognizer, main)
 
@@ -357,7 +362,7 @@ def test_two_worker_threads_run_two_batches_at_once() -> None:
     starts: list[int] = []
 
     async def main() -> None:
-        worker = InferenceWorker(recognizer, max_batch=4, threads=2, on_start=starts.append)
+        worker = InferenceWorker(recognizer, max_batch=4, threads=2, on_share=starts.append)
         client = Client(worker)
         held = await holding(worker, recognizer, client, "busy")
         client.submit("a")
@@ -372,7 +377,8 @@ def test_two_worker_threads_run_two_batches_at_once() -> None:
         assert not any(t.is_alive() for t in threads)
         assert worker.stats.interrupted == 0 and worker.stats.requests == 3
         assert sorted(map(sorted, recognizer.batches)) == [["a"], ["busy"], ["e"]]
-        assert starts == [1, 2, 2], "alone, then each beside the held batch"
+        assert running(starts) == [1, 2, 2], "alone, then each beside the held batch"
+        assert starts.count(0) == 3, "each thread gives the cores back after its batch"
 
     run(recognizer, main)
 
@@ -385,7 +391,7 @@ def test_a_turn_s_request_beside_a_withdrawn_batch_gets_every_core() -> None:
     starts: list[int] = []
 
     async def main() -> None:
-        worker = InferenceWorker(recognizer, threads=2, on_start=starts.append)
+        worker = InferenceWorker(recognizer, threads=2, on_share=starts.append)
         client = Client(worker)
         held = recognizer.gate(0)
         worker.start()
@@ -397,7 +403,8 @@ def test_a_turn_s_request_beside_a_withdrawn_batch_gets_every_core() -> None:
         held.release.set()
         await worker.stop()
         assert not client.outcomes["partial"].done(), "a withdrawn request is never answered"
-        assert starts == [1, 1], "the turn's batch ran as if alone"
+        assert running(starts) == [1, 1], "the turn's batch ran as if alone"
+        assert starts.count(0) == 2
         assert worker.stats.interrupted == 1, "the withdrawn batch stopped at its checkpoint"
 
     run(recognizer, main)
@@ -493,7 +500,7 @@ def test_a_batch_of_partials_pauses_while_a_turn_s_final_runs_which_takes_every_
     starts: list[int] = []
 
     async def main() -> None:
-        worker = InferenceWorker(recognizer, on_start=starts.append)
+        worker = InferenceWorker(recognizer, on_share=starts.append)
         client = Client(worker)
         held_partial, held_turn = recognizer.gate(0), recognizer.gate(1)
         worker.start()
@@ -510,7 +517,8 @@ def test_a_batch_of_partials_pauses_while_a_turn_s_final_runs_which_takes_every_
         await worker.stop()
         assert worker.stats.interrupted == 0, "the paused batch was not thrown away"
         assert recognizer.batches == [["partial"], ["e"]]
-        assert starts == [1, 2, 1], "the turn's batch began beside the partials, then had every core"
+        assert running(starts) == [1, 2, 1], "the turn's batch began beside the partials, then had every core"
+        assert starts.count(0) == 2
         metrics = Metrics()
         metrics.count_worker(worker.stats.interrupted, worker.stats.paused)
         assert b"streamwhisper_batches_paused_total 1.0" in metrics.render()

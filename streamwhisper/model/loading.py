@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from threadpoolctl import threadpool_limits
 from torch import nn
 
-from ..cores import available_cores
 from ..errors import ConfigError
 from .int8 import FLOAT32_LINEARS, deprecation_quieted, int8_linears, linear_names, packed_linears
 from .memory import release_free_memory
@@ -85,38 +81,6 @@ def bfloat16_pays_off() -> bool:
     fp32, bf16 = (min(times[dtype]) for dtype in dtypes)
     log.debug("GEMM 1500x384x1536: float32 %.2f ms, bfloat16 %.2f ms", fp32 * 1e3, bf16 * 1e3)
     return bf16 < 0.8 * fp32
-
-
-def configure_threads(threads: int = 0) -> None:
-    """Give the cores to torch: ``threads`` intra-op threads (0 keeps torch's one per core;
-    several inference workers share them batch by batch: :func:`core_sharing`).
-
-    numpy's BLAS runs single-threaded: its threads busy-wait after each call (the mel
-    projection of every request) and take the cores from the torch threads encoding next
-    (tiny.en streamed at a 0.5 s step: 250 ms a request instead of 170 ms).
-    """
-    threadpool_limits(1, user_api="blas")
-    if threads:
-        torch.set_num_threads(threads)
-
-
-def core_sharing(workers: int, threads: int = 0) -> Callable[[int], None] | None:
-    """For ``workers`` inference threads (and ``threads`` 0, torch's choice): a hook to call on
-    a worker thread before each batch with the number of batches then running. A batch alone
-    gets every core, one beside others its share (torch's intra-op thread count is per calling
-    thread): one stream is not slowed by the second worker, and under load two batches run at
-    once without four threads on two cores. None when there is nothing to share."""
-    if workers <= 1 or threads:
-        return None
-    cores, mine = available_cores(), threading.local()
-
-    def share(running: int) -> None:
-        n = cores if running <= 1 else max(1, cores // workers)
-        if getattr(mine, "threads", None) != n:
-            torch.set_num_threads(n)
-            mine.threads = n
-
-    return share
 
 
 def quantize(model: Whisper, scope: str) -> Whisper:

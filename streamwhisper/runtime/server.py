@@ -105,7 +105,7 @@ class Daemon:
         recognizer: Recognizer,
         model_name: str,
         clock: Callable[[], float] = time.monotonic,
-        on_batch_start: Callable[[int], None] | None = None,
+        on_share: Callable[[int], None] | None = None,
     ) -> None:
         self.server = server
         self.metrics = Metrics()
@@ -115,7 +115,7 @@ class Daemon:
             # one request per stream, and one per upload being transcribed
             max_pending=4 * server.max_sessions + server.max_uploads,
             threads=inference_threads(server.workers),
-            on_start=on_batch_start,
+            on_share=on_share,
             on_batch=self.metrics.observe_batch,
             clock=clock,
         )

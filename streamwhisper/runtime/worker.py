@@ -12,8 +12,9 @@ queue never holds more than one request per stream (``max_pending`` bounds it an
 With ``threads`` > 1 (``server.workers``) that many batches run at once, each on its own thread,
 taken from the one queue: under load the cores stay busy while one batch runs Python between
 small tensor operations, where one batch over two torch threads leaves a core waiting.
-``on_start`` lets the daemon give a batch every core while it runs alone, its share beside
-another (:func:`~streamwhisper.model.loading.core_sharing`), as that count changes.
+``on_share`` lets the daemon give a batch every core while it runs alone, its share beside
+another (:func:`~streamwhisper.model.cpu_threads.core_sharing`), as that count changes, and
+take the cores back from a thread whose batch ended.
 
 A batch taken while the threads were busy over 90 % of the last 5 s, or a turn's batch that
 starts beside another one, gets a share of the cores: its live requests go to the recogniser
@@ -97,9 +98,9 @@ class InferenceWorker:
         threads: batches run at once (each on a thread of its own; the recogniser must allow
             calls from several threads at once).
         on_batch: called on the worker thread after each batch with (size, seconds, waits).
-        on_start: called on the worker thread before each batch and whenever that count changes
+        on_share: called on the worker thread before each batch and whenever that count changes
             at a checkpoint, with the number of batches then running (not paused), this one
-            included (the daemon shares the cores by it).
+            included, and with 0 after the batch (the daemon shares the cores by it).
         clock: monotonic seconds for waits and utilisation (read on the worker thread).
     """
 
@@ -111,20 +112,20 @@ class InferenceWorker:
         max_pending: int = 256,
         threads: int = 1,
         on_batch: Callable[[int, float, list[float]], None] | None = None,
-        on_start: Callable[[int], None] | None = None,
+        on_share: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._recognizer = recognizer
         self._max_batch = max_batch
         self._max_pending = max_pending
         self._on_batch = on_batch
-        self._on_start = on_start
+        self._on_share = on_share
         self._cond = threading.Condition()
         self._queue: list[_Job] = []
         self._running: dict[int, list[_Job]] = {}  # the batch under way, per thread
         self._paused: set[int] = set()  # threads whose batch waits for an awaited batch to end
         self._paused_s: dict[int, float] = {}  # how long each thread's batch under way paused (once)
-        self._shares: dict[int, int] = {}  # the count on_start last gave each thread's batch
+        self._shares: dict[int, int] = {}  # the count on_share last gave each thread's batch
         self._slots = threads
         self._trimmed = clock()  # when free memory was last given back
         self._ended = 0  # threads that ended (the last one calls _on_end)
@@ -269,6 +270,8 @@ class InferenceWorker:
                     paused_s = self._paused_s.pop(me, 0.0)
                     self._cond.notify_all()  # a batch may start, a paused one go on
             took = self._clock() - began - paused_s  # (running, not paused)
+            if live and self._on_share is not None:
+                self._on_share(0)
             if not live:
                 continue
             with self._cond:
@@ -322,7 +325,7 @@ class InferenceWorker:
         """A batch that no turn's final waits for waits while an awaited batch runs on another
         thread and ``threads`` batches run besides it, once at most (so turns' finals delay a
         batch by one batch's time and cannot starve it); then the batch takes its share of the
-        cores (``on_start`` with the batches then running, when that count changed)."""
+        cores (``on_share`` with the batches then running, when that count changed)."""
         with self._cond:
             if me not in self._paused_s and not _awaited(batch) and self._must_pause(me):
                 self.stats.paused += 1
@@ -337,8 +340,8 @@ class InferenceWorker:
             running = self._batches_running()
             changed = running != self._shares.get(me)
             self._shares[me] = running
-        if self._on_start is not None and changed:
-            self._on_start(running)
+        if self._on_share is not None and changed:
+            self._on_share(running)
 
     def _served_crowded(self, me: int, batch: list[_Job]) -> bool:
         """Whether ``me`` serves its live windows as in a batch (``crowded``, holding the lock):
