@@ -34,11 +34,8 @@ def test_configure_threads_leaves_numpy_blas_one_thread() -> None:
 
 def test_core_sharing_gives_a_batch_alone_every_core_and_one_beside_another_its_share() -> None:
     """Two inference workers on this machine's cores: torch threads are set on the calling
-    thread before each batch, only when the count changes; nothing to share for one worker or
-    an explicit thread count."""
-    assert core_sharing(1) is None and core_sharing(2, threads=3) is None
+    thread before each batch, only when the count changes."""
     share = core_sharing(2)
-    assert share is not None
     seen: list[int] = []
 
     def worker() -> None:
@@ -51,6 +48,21 @@ def test_core_sharing_gives_a_batch_alone_every_core_and_one_beside_another_its_
 
     on_a_thread(worker)
     assert seen == [CORES, max(1, CORES // 2), max(1, CORES // 2)]
+
+
+@pytest.mark.parametrize("workers, threads", [(1, 0), (2, 3)])
+def test_one_worker_or_an_explicit_thread_count_shares_nothing(workers: int, threads: int) -> None:
+    share = core_sharing(workers, threads)
+    seen: list[int] = []
+
+    def worker() -> None:
+        torch.set_num_threads(1 + (CORES > 1))  # (not a count core sharing would pick for 2 running)
+        for running in (1, 2, 0, 1):
+            share(running)
+            seen.append(torch.get_num_threads())
+
+    on_a_thread(worker)
+    assert seen == [1 + (CORES > 1)] * 4
 
 
 def tasks() -> set[str]:
@@ -113,7 +125,6 @@ def test_a_released_team_s_threads_end_and_the_next_op_makes_a_new_one() -> None
 @needs_a_team
 def test_a_worker_gives_its_team_back_when_its_share_shrinks_and_when_its_batch_ends() -> None:
     share = core_sharing(2)
-    assert share is not None
 
     def worker() -> None:
         before = tasks()
@@ -124,6 +135,25 @@ def test_a_worker_gives_its_team_back_when_its_share_shrinks_and_when_its_batch_
             assert team, "a batch alone runs on every core"
             share(shrink)
             assert gone(team), f"share({shrink}) kept the team"
+
+    on_a_thread(worker)
+
+
+@needs_a_team
+def test_a_lone_worker_s_threads_give_their_teams_back_after_each_batch() -> None:
+    """``listen`` and a one-worker daemon run a turn's final on the worker's spare thread beside
+    the main one: each thread's team must end with its batch."""
+    share = core_sharing(1)
+
+    def worker() -> None:
+        torch.set_num_threads(CORES)
+        before = tasks()
+        share(1)
+        parallel_op()
+        team = tasks() - before
+        assert team, "a batch runs on every core"
+        share(0)
+        assert gone(team), "the batch ended and its thread kept its team"
 
     on_a_thread(worker)
 

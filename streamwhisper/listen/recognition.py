@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from streamwhisper.events import Event
+from streamwhisper.model.cpu_threads import core_sharing
 from streamwhisper.model.recognizer import Recognizer
 from streamwhisper.runtime.pump import Pump
 from streamwhisper.runtime.worker import InferenceWorker
@@ -46,7 +47,8 @@ class LocalRecognition:
     """
 
     def __init__(self, recognizer: Recognizer, config: StreamingConfig, on_event: EventSink) -> None:
-        self._worker = InferenceWorker(recognizer, max_batch=1, max_pending=4)
+        # (a turn's final runs on the worker's spare thread: each gives its OpenMP team back)
+        self._worker = InferenceWorker(recognizer, max_batch=1, max_pending=4, on_share=core_sharing(1))
         self._on_event = on_event
         self._finished = asyncio.Event()
         self._pump = Pump(Streamer(config, key="listen"), self._worker, self._emit, on_finished=self._finished.set)

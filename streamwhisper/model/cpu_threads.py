@@ -55,25 +55,24 @@ def release_openmp_threads() -> bool:
     return libgomp is not None and libgomp.omp_pause_resource_all(OMP_PAUSE_SOFT) == 0
 
 
-def core_sharing(workers: int, threads: int = 0) -> Callable[[int], None] | None:
-    """For ``workers`` inference threads (and ``threads`` 0, torch's choice): a hook to call on
-    a worker thread with the number of batches running, this one included, before each batch
-    and whenever that count changes, and with 0 once the batch ended. A batch alone gets every
-    core, one beside others its share (torch's intra-op thread count is per calling thread): one
-    stream is not slowed by the second worker, and under load two batches run at once without
-    four threads on two cores. A thread gives its OpenMP team back when its share shrinks and
-    when its batch ends, so that only the batch running on every core keeps one. None when there
-    is nothing to share."""
-    if workers <= 1 or threads:
-        return None
+def core_sharing(workers: int, threads: int = 0) -> Callable[[int], None]:
+    """For ``workers`` inference threads: a hook to call on a worker thread with the number of
+    batches running, this one included, before each batch and whenever that count changes, and
+    with 0 once the batch ended. With several workers (and ``threads`` 0, torch's choice) a
+    batch alone gets every core, one beside others its share (torch's intra-op thread count is
+    per calling thread): one stream is not slowed by the second worker, and under load two
+    batches run at once without four threads on two cores. Either way a thread gives its OpenMP
+    team back when its share shrinks and when its batch ends, so that only the batch running
+    keeps one (a single worker has a spare thread for turns' finals too: :mod:`..runtime.worker`)."""
+    sharing = workers > 1 and not threads
     cores, mine = available_cores(), threading.local()
 
     def share(running: int) -> None:
-        n = cores if running <= 1 else max(1, cores // workers)
-        had = getattr(mine, "threads", cores)
-        if running == 0 or n < had:
+        had = getattr(mine, "threads", None)
+        n = had if not sharing else cores if running <= 1 else max(1, cores // workers)
+        if running == 0 or (n and had and n < had):
             release_openmp_threads()
-        if running and n != getattr(mine, "threads", None):
+        if running and n and n != had:
             torch.set_num_threads(n)
             mine.threads = n
 
