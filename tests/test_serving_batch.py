@@ -78,20 +78,18 @@ def _check_variety(recognizer: WhisperRecognizer, batch: list[RecognitionRequest
 
 
 # How far batched and alone log-probabilities may differ: tokens must be equal, and a value may
-# move only by what the arithmetic's order of operations can change. float32 (tiny_model):
-# summation order in differently blocked GEMMs, measured <= 3e-6 on AVX2 and AVX-512 kernels.
-# The int8 logits projection (the default compute type): fbgemm's AVX2 kernels multiply u8 x s8
-# pairs into saturating int16 (vpmaddubsw) and pick other kernels for one row than for a batch,
-# measured up to 1.1e-4 (forced on an AVX-512 CPU with FBGEMM_ENABLE_INSTRUCTIONS=AVX2: see
-# `make test-avx2`), 3e-6 with its AVX-512 VNNI kernels (exact int32 sums). Dynamic int8
-# quantisation also rounds each activation to a step of its call's range, and a batched row's
-# activations differ from the row alone by the float32 arithmetic (2e-6 on the fp32 model): once
-# in a while that crosses a rounding boundary, which moves a logit by a step times a weight. The
-# window "you!" (2 tokens, after a 10-token prefix) measured 2.3e-3 on an AVX-512 VNNI Xeon; the
-# fp32 model decodes the same batch to within FLOAT32_TOLERANCE (checked in the same test), so
-# the int8 bound of 1e-2 only admits such roundings, and tokens and words must still be equal.
+# move only by what the arithmetic can change. float32 (tiny_model): summation order in
+# differently blocked GEMMs, measured <= 3e-6 on AVX2 and AVX-512 kernels; this is the strict
+# check of batching itself (masks, padding, positions, caches), run on the same batches. The int8
+# logits projection (the default compute type) quantises each call's activations with one scale
+# for the whole call (per tensor, fbgemm's dynamic quantisation), so a batched row is rounded at
+# a step its batch sets: two random rows, the second 1x, 3x, 10x the first, moved the first
+# row's logits by 0.02, 0.06, 0.16 from alone. A word's probability then moves by about half
+# such a shift: measured <= 6e-4 on an AMD EPYC with AVX-512 (rows of similar range), but 1.7e-2
+# on the low-probability words of a window that loops ("Ask not. Ask not. ...") in a CI run on
+# a CPU whose streamed windows differ. 5e-2 admits that rounding; tokens and words stay equal.
 FLOAT32_TOLERANCE = 1e-5
-INT8_LOGITS_TOLERANCE = 1e-2
+INT8_LOGITS_TOLERANCE = 5e-2
 
 
 def _tolerance(model: Whisper) -> float:

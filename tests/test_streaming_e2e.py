@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
@@ -12,7 +13,7 @@ from conftest import LJ, LONG_CLIPS, joined, nonspeech_audio
 from benchmarks.scoring import SENTENCE_MARK, Clip, normalize, word_error_rate
 from streamwhisper.audio.files import load_audio
 from streamwhisper.cli import main
-from streamwhisper.events import Final, Partial
+from streamwhisper.events import Final, Partial, SpeechEnded
 from streamwhisper.model.loading import load_model
 from streamwhisper.model.serving import WhisperRecognizer
 from streamwhisper.model.whisper import Whisper
@@ -120,13 +121,35 @@ def test_a_sentence_said_again_is_transcribed_again(model: Whisper, clips: dict[
     assert normalize(text).count("what your country can do for you") == 3, text
 
 
-_BREATH_MARKS: dict[float, tuple[int, int]] = {}
+@dataclass(frozen=True)
+class _Marks:
+    """Sentence marks streamed on four LJ sentences 0.8 s apart (see :func:`_sentence_marks`)."""
+
+    short: int  # in the transcript, with pause finals (a client's endpointing=25)
+    default: int  # in the transcript, with the 500 ms endpoint only
+    pause_finals: int  # ending a pause final (an endpoint final the utterance goes on after)
+    pause_finals_kept: int  # the same, with every full stop kept (pause_stop_min_probability 0)
 
 
-def _sentence_marks(model: Whisper, cost: float) -> tuple[int, int]:
-    """Sentence marks streamed with pause finals (a client's endpointing=25) and with the 500 ms
-    endpoint, on four LJ sentences 0.8 s apart, on a replayed schedule (each request costing
-    ``cost`` s); replayed once for both tests below.
+_BREATH_MARKS: dict[float, _Marks] = {}
+
+
+def _ending_pause_finals(events: list[object]) -> int:
+    """How many pause finals end with a sentence mark: endpoint finals with no end of speech
+    (SpeechEnded) between them and the next final, as the utterance went on."""
+    finals = [e for e in events if isinstance(e, Final) and e.text]
+    ends = [e.time for e in events if isinstance(e, SpeechEnded)]
+    return sum(
+        1
+        for f, g in pairwise(finals)
+        if f.endpoint and not any(f.start < t <= g.start for t in ends) and SENTENCE_MARK.search(f.text.rstrip()[-1:])
+    )
+
+
+def _sentence_marks(model: Whisper, cost: float) -> _Marks:
+    """Sentence marks streamed with pause finals and with the 500 ms endpoint, on four LJ
+    sentences 0.8 s apart, on a replayed schedule (each request costing ``cost`` s); replayed
+    once for the tests below.
 
     Every word needs two hypotheses here (``sure_hypotheses`` 2), the schedule these bounds were
     set on. With the default (1), at 0.3-0.5 s a request the pause hypotheses come after most of
@@ -138,25 +161,34 @@ def _sentence_marks(model: Whisper, cost: float) -> tuple[int, int]:
 
     if cost not in _BREATH_MARKS:
         audio, _ = joined(LJ, gap_s=0.8)
-        marks = []
-        agreement = PolicyConfig(sure_hypotheses=2)
-        pause = StreamingConfig(pause_final=True, pause_hold_ms=100, policy=agreement)
-        for config in (pause, StreamingConfig(policy=agreement)):
-            events = replay(Streamer(config), WhisperRecognizer(model), audio, timer=SimulatedTimer(cost)).events
-            text = " ".join(f.text for f in check_invariants(events) if f.text)
-            marks.append(len(SENTENCE_MARK.findall(text)))
-        _BREATH_MARKS[cost] = marks[0], marks[1]
+        counts = []
+        for floor in (PolicyConfig().pause_stop_min_probability, 0.0):
+            agreement = PolicyConfig(sure_hypotheses=2, pause_stop_min_probability=floor)
+            pause = StreamingConfig(pause_final=True, pause_hold_ms=100, policy=agreement)
+            for config in (pause, StreamingConfig(policy=agreement)) if floor else (pause,):
+                events = replay(Streamer(config), WhisperRecognizer(model), audio, timer=SimulatedTimer(cost)).events
+                text = " ".join(f.text for f in check_invariants(events) if f.text)
+                counts += [len(SENTENCE_MARK.findall(text)), _ending_pause_finals(events)]
+        short, pause_finals, default, _, _, kept = counts
+        _BREATH_MARKS[cost] = _Marks(short, default, pause_finals, kept)
     return _BREATH_MARKS[cost]
 
 
-@pytest.mark.parametrize("cost", [0.2, 0.3])
-def test_a_short_endpointing_puts_no_sentence_mark_at_every_breath(model: Whisper, cost: float) -> None:
-    """At most two more sentence marks with pause finals than with the 500 ms endpoint. At 0.2 s
-    a request, pause finals at breaths kept every full stop (7 marks against 3) until a full stop
-    the decoder doubts was dropped from them. LiveKit's live test checks its client; this bound
-    is the schedule's."""
-    short, default = _sentence_marks(model, cost)
-    assert short <= default + 2, (short, default)
+def test_a_short_endpointing_puts_no_sentence_mark_at_every_breath(model: Whisper) -> None:
+    """A pause final ends with a full stop only where the decoder is sure of it. At 0.2 s a
+    request, pause finals at breaths kept every full stop (7 marks against 3 in the transcript)
+    until a full stop the decoder doubts was dropped from them; keeping them again here ends
+    more pause finals with a mark (at 0.3 s a request no pause final here ends with one either
+    way). LiveKit's live test checks its client; this bound is the schedule's.
+
+    The transcript's count is not compared with the 500 ms endpoint's: a pause final changes the
+    prompt of the windows after it, and on the AMD EPYC's bfloat16 encoder that context made two
+    windows agree on doubted stops at breaths inside the last sentence ("Strasburg. Basil
+    Paris.", committed by agreement, not by a pause final: 8 marks against 3), while the float32
+    encoder gave 4 against 3 (docs/tuning-log.md, thirty-eighth session)."""
+    marks = _sentence_marks(model, 0.2)
+    assert marks.pause_finals <= 1, marks
+    assert marks.pause_finals_kept > marks.pause_finals, marks  # the schedule has breaths to mark
 
 
 @pytest.mark.parametrize("cost", [0.2, 0.3])
@@ -164,8 +196,8 @@ def test_a_short_endpointing_keeps_the_full_stops_of_sentence_ends(model: Whispe
     """Pause finals keep (nearly) the sentence marks the 500 ms endpoint gives: a pause whose full
     stop the decoder doubts waits for the endpoint (at 0.2 s a request, 0 marks against 3 when
     such a stop was dropped from the pause final)."""
-    short, default = _sentence_marks(model, cost)
-    assert short >= default - 1, (short, default)
+    marks = _sentence_marks(model, cost)
+    assert marks.short >= marks.default - 1, marks
 
 
 @pytest.mark.parametrize(
