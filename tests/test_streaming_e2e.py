@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
@@ -121,35 +120,15 @@ def test_a_sentence_said_again_is_transcribed_again(model: Whisper, clips: dict[
     assert normalize(text).count("what your country can do for you") == 3, text
 
 
-@dataclass(frozen=True)
-class _Marks:
-    """Sentence marks streamed on four LJ sentences 0.8 s apart (see :func:`_sentence_marks`)."""
-
-    short: int  # in the transcript, with pause finals (a client's endpointing=25)
-    default: int  # in the transcript, with the 500 ms endpoint only
-    pause_finals: int  # ending a pause final (an endpoint final the utterance goes on after)
-    pause_finals_kept: int  # the same, with every full stop kept (pause_stop_min_probability 0)
+_BREATHS: dict[tuple[float, bool, float], list[object]] = {}
+_STOP_FLOOR = PolicyConfig().pause_stop_min_probability
 
 
-_BREATH_MARKS: dict[float, _Marks] = {}
-
-
-def _ending_pause_finals(events: list[object]) -> int:
-    """How many pause finals end with a sentence mark: endpoint finals with no end of speech
-    (SpeechEnded) between them and the next final, as the utterance went on."""
-    finals = [e for e in events if isinstance(e, Final) and e.text]
-    ends = [e.time for e in events if isinstance(e, SpeechEnded)]
-    return sum(
-        1
-        for f, g in pairwise(finals)
-        if f.endpoint and not any(f.start < t <= g.start for t in ends) and SENTENCE_MARK.search(f.text.rstrip()[-1:])
-    )
-
-
-def _sentence_marks(model: Whisper, cost: float) -> _Marks:
-    """Sentence marks streamed with pause finals and with the 500 ms endpoint, on four LJ
-    sentences 0.8 s apart, on a replayed schedule (each request costing ``cost`` s); replayed
-    once for the tests below.
+def _breaths(model: Whisper, cost: float, *, pause_final: bool, floor: float = _STOP_FLOOR) -> list[object]:
+    """The events streamed over four LJ sentences 0.8 s apart on a replayed schedule (each
+    request costing ``cost`` s), with pause finals (a client's endpointing=25) or with the
+    500 ms endpoint only, a pause final's doubted full stop below ``floor``; replayed once per
+    settings for the tests below.
 
     Every word needs two hypotheses here (``sure_hypotheses`` 2), the schedule these bounds were
     set on. With the default (1), at 0.3-0.5 s a request the pause hypotheses come after most of
@@ -159,19 +138,32 @@ def _sentence_marks(model: Whisper, cost: float) -> _Marks:
     thirty-fourth session)."""
     from benchmarks.streaming import SimulatedTimer
 
-    if cost not in _BREATH_MARKS:
+    key = (cost, pause_final, floor)
+    if key not in _BREATHS:
         audio, _ = joined(LJ, gap_s=0.8)
-        counts = []
-        for floor in (PolicyConfig().pause_stop_min_probability, 0.0):
-            agreement = PolicyConfig(sure_hypotheses=2, pause_stop_min_probability=floor)
-            pause = StreamingConfig(pause_final=True, pause_hold_ms=100, policy=agreement)
-            for config in (pause, StreamingConfig(policy=agreement)) if floor else (pause,):
-                events = replay(Streamer(config), WhisperRecognizer(model), audio, timer=SimulatedTimer(cost)).events
-                text = " ".join(f.text for f in check_invariants(events) if f.text)
-                counts += [len(SENTENCE_MARK.findall(text)), _ending_pause_finals(events)]
-        short, pause_finals, default, _, _, kept = counts
-        _BREATH_MARKS[cost] = _Marks(short, default, pause_finals, kept)
-    return _BREATH_MARKS[cost]
+        policy = PolicyConfig(sure_hypotheses=2, pause_stop_min_probability=floor)
+        pause = {"pause_final": True, "pause_hold_ms": 100} if pause_final else {}
+        config = StreamingConfig(policy=policy, **pause)
+        events = replay(Streamer(config), WhisperRecognizer(model), audio, timer=SimulatedTimer(cost)).events
+        check_invariants(events)
+        _BREATHS[key] = events
+    return _BREATHS[key]
+
+
+def _transcript_marks(events: list[object]) -> int:
+    return len(SENTENCE_MARK.findall(" ".join(e.text for e in events if isinstance(e, Final) and e.text)))
+
+
+def _pause_final_marks(events: list[object]) -> int:
+    """How many pause finals end with a sentence mark: endpoint finals with no end of speech
+    (SpeechEnded) between them and the next final, as the utterance went on."""
+    finals = [e for e in events if isinstance(e, Final) and e.text]
+    ends = [e.time for e in events if isinstance(e, SpeechEnded)]
+    return sum(
+        1
+        for f, g in pairwise(finals)
+        if f.endpoint and not any(f.start < t <= g.start for t in ends) and SENTENCE_MARK.search(f.text.rstrip()[-1:])
+    )
 
 
 def test_a_short_endpointing_puts_no_sentence_mark_at_every_breath(model: Whisper) -> None:
@@ -186,9 +178,10 @@ def test_a_short_endpointing_puts_no_sentence_mark_at_every_breath(model: Whispe
     windows agree on doubted stops at breaths inside the last sentence ("Strasburg. Basil
     Paris.", committed by agreement, not by a pause final: 8 marks against 3), while the float32
     encoder gave 4 against 3 (docs/tuning-log.md, thirty-eighth session)."""
-    marks = _sentence_marks(model, 0.2)
-    assert marks.pause_finals <= 1, marks
-    assert marks.pause_finals_kept > marks.pause_finals, marks  # the schedule has breaths to mark
+    marks = _pause_final_marks(_breaths(model, 0.2, pause_final=True))
+    kept = _pause_final_marks(_breaths(model, 0.2, pause_final=True, floor=0.0))
+    assert marks <= 1, (marks, kept)
+    assert kept > marks, (marks, kept)  # the schedule has breaths to mark
 
 
 @pytest.mark.parametrize("cost", [0.2, 0.3])
@@ -196,8 +189,9 @@ def test_a_short_endpointing_keeps_the_full_stops_of_sentence_ends(model: Whispe
     """Pause finals keep (nearly) the sentence marks the 500 ms endpoint gives: a pause whose full
     stop the decoder doubts waits for the endpoint (at 0.2 s a request, 0 marks against 3 when
     such a stop was dropped from the pause final)."""
-    marks = _sentence_marks(model, cost)
-    assert marks.short >= marks.default - 1, marks
+    short = _transcript_marks(_breaths(model, cost, pause_final=True))
+    default = _transcript_marks(_breaths(model, cost, pause_final=False))
+    assert short >= default - 1, (short, default)
 
 
 @pytest.mark.parametrize(
