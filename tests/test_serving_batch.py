@@ -84,10 +84,11 @@ def _check_variety(recognizer: WhisperRecognizer, batch: list[RecognitionRequest
 # logits projection (the default compute type) quantises each call's activations with one scale
 # for the whole call (per tensor, fbgemm's dynamic quantisation), so a batched row is rounded at
 # a step its batch sets: two random rows, the second 1x, 3x, 10x the first, moved the first
-# row's logits by 0.02, 0.06, 0.16 from alone. A word's probability then moves by about half
-# such a shift: measured <= 6e-4 on an AMD EPYC with AVX-512 (rows of similar range), but 1.7e-2
-# on the low-probability words of a window that loops ("Ask not. Ask not. ...") in a CI run on
-# a CPU whose streamed windows differ. 5e-2 admits that rounding; tokens and words stay equal.
+# row's logits by 0.02, 0.06, 0.16 from alone. A token's probability p moves by at most
+# p(1 - p) <= 1/4 of its logit's shift against the others. Measured on words: <= 6e-4 on an
+# AMD EPYC with AVX-512 (rows of similar range), but 1.7e-2 on the low-probability words of a
+# window that loops ("Ask not. Ask not. ...") in a CI run on a CPU whose streamed windows
+# differ. 5e-2 admits that rounding; tokens and words stay equal.
 FLOAT32_TOLERANCE = 1e-5
 INT8_LOGITS_TOLERANCE = 5e-2
 
