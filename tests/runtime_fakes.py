@@ -45,7 +45,8 @@ class TimedRecognizer:
     """Hears, in every window, the words of :func:`spoken` that lie wholly inside it.
 
     A pure function of the request's window (``start``, ``end``), so any batch of any sessions
-    gets the right words. ``batches`` records the keys of each call. ``hold()`` makes the next
+    gets the right words. ``batches`` records the keys of each call, ``served`` each request as
+    the recogniser got it (its ``endpoint`` and ``crowded`` as served). ``hold()`` makes the next
     calls block until ``release()`` (``entered`` is set when a call is held), so a test can
     fill the worker's queue, or keep it saturated, deterministically. Requests whose key is in
     ``fail_on`` make their whole batch raise. With ``checkpoints``, a call passes one of the
@@ -56,6 +57,7 @@ class TimedRecognizer:
 
     def __init__(self, fail_on: Sequence[object] = (), checkpoints: bool = False) -> None:
         self.batches: list[list[object]] = []
+        self.served: list[RecognitionRequest] = []
         self.fail_on = set(fail_on)
         self.checkpoints = checkpoints
         self.entered = threading.Event()
@@ -78,6 +80,7 @@ class TimedRecognizer:
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         gate, mid = self._gates.get(len(self.batches)), self._mid_gates.get(len(self.batches))
         self.batches.append([r.key for r in requests])
+        self.served.extend(requests)
         if not self._gate.is_set():
             self.entered.set()
             self._gate.wait()

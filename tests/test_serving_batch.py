@@ -70,7 +70,7 @@ FIT = {"audio_ctx": "fit", "min_ctx_s": 4.0, "beam_size": 0}  # greedy, alone or
 
 def _check_variety(recognizer: WhisperRecognizer, batch: list[RecognitionRequest]) -> None:
     """The batch exercises what batching must get right (else the comparison proves little)."""
-    widths = {recognizer._frames(r.mel.shape[-1], len(batch)) for r in batch}
+    widths = {recognizer._frames(r, len(batch)) for r in batch}
     assert len(widths) >= 2, "windows of different fitted audio contexts"
     assert len({r.mel.shape[-1] for r in batch}) >= len(batch) // 2, "windows of different lengths"
     assert any(r.prompt for r in batch) and any(not r.prompt for r in batch)
@@ -194,7 +194,7 @@ def test_a_request_decodes_the_same_whatever_its_batch(
     short = min(streamed, key=lambda r: r.mel.shape[-1])
     long = max(streamed, key=lambda r: r.mel.shape[-1])
     recognizer = WhisperRecognizer(default_model, RecognizerConfig(**FIT))
-    assert recognizer._frames(short.mel.shape[-1], 3) < recognizer._frames(long.mel.shape[-1], 3)
+    assert recognizer._frames(short, 3) < recognizer._frames(long, 3)
     batched, alone = recognizer.recognize([long, short, long])[1:2], recognizer.recognize([short])
     _assert_same(batched, alone, _tolerance(default_model))
 
@@ -255,6 +255,28 @@ def test_a_window_alone_is_encoded_at_20_s_and_a_files_window_at_30_s(
     assert served(RecognizerConfig(alone_min_ctx_s=30.0), window) == N_FRAMES
     assert served(RecognizerConfig(), window, base_model) == N_FRAMES  # language None: detected
     assert served(RecognizerConfig(), replace(window, language="en"), base_model) == 2000
+
+
+def test_a_turns_last_window_in_a_batch_is_fitted_to_endpoint_min_ctx_s(
+    default_model: Whisper, streamed: list[RecognitionRequest]
+) -> None:
+    """Crowded (as in a batch), a 2-10 s window is fitted to ``min_ctx_s`` (10 s), a turn's last
+    window (``endpoint``) to ``endpoint_min_ctx_s`` when that is longer; alone, both get
+    ``alone_min_ctx_s``."""
+    window = _windows_2_to_10_s(streamed)[0]
+    crowded, last = replace(window, crowded=True), replace(window, crowded=True, endpoint=True)
+
+    def widths(config: RecognizerConfig, *requests: RecognitionRequest) -> list[list[int]]:
+        recognizer = WhisperRecognizer(default_model, config)
+        calls = _encoded_widths(recognizer)
+        for request in requests:
+            recognizer.recognize([request])
+        return calls
+
+    assert widths(RecognizerConfig(), crowded, last) == [[1000], [1000]]  # (mel frames)
+    assert widths(RecognizerConfig(endpoint_min_ctx_s=20.0), crowded, last) == [[1000], [2000]]
+    assert widths(RecognizerConfig(endpoint_min_ctx_s=20.0), replace(window, endpoint=True)) == [[2000]]
+    assert widths(RecognizerConfig(endpoint_min_ctx_s=4.0), last) == [[1000]]  # (min_ctx_s still)
 
 
 def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_20_s(
@@ -344,7 +366,7 @@ def test_a_window_that_loops_at_a_fitted_context_is_decoded_again_at_a_longer_on
     recognizer = WhisperRecognizer(default_model)
     batch = [_go_forward(clips, 6.4, 0.5), _go_forward(clips, 8.0, 1.0)]
     tokened = [r.with_tokens(recognizer.encode_text) for r in batch]
-    fitted = recognizer._encode(tokened, [recognizer._frames(r.mel.shape[-1], len(batch)) for r in batch])
+    fitted = recognizer._encode(tokened, [recognizer._frames(r, len(batch)) for r in batch])
     assert all(f.shape[1] < default_model.dims.n_audio_ctx for f in fitted)
     windows = [window_cross(default_model, f) for f in fitted]
     options = [recognizer._decode_options(r, None) for r in tokened]

@@ -209,8 +209,9 @@ def test_what_starts_beside_a_batch_under_way(under_way: str, arriving: str, bes
     run(recognizer, main)
 
 
-def test_a_hastened_partial_is_urgent() -> None:
-    """A partial whose hypothesis will close an ended turn goes before the partials beside it."""
+def test_a_hastened_partial_is_urgent_and_served_as_its_turns_endpoint() -> None:
+    """A partial whose hypothesis will close an ended turn goes before the partials beside it,
+    and the recogniser serves it as the turn's endpoint (``RecognizerConfig.endpoint_min_ctx_s``)."""
     recognizer = TimedRecognizer()
 
     async def main() -> None:
@@ -223,6 +224,7 @@ def test_a_hastened_partial_is_urgent() -> None:
             assert isinstance(await client.outcome(key), Hypothesis)
         await worker.stop()
         assert recognizer.batches == [["b"], ["a"]]
+        assert [(r.key, r.endpoint) for r in recognizer.served] == [("b", True), ("a", False)]
 
     run(recognizer, main)
 

@@ -65,6 +65,13 @@ class RecognizerConfig:
     # read_en, longform and the conversations are those of 30 s within noise (docs/tuning-log.md,
     # twenty-second session). 30: the full context.
     alone_min_ctx_s: float = 20.0
+    # A window that ends a turn (``endpoint``) is fitted to at least this (and min_ctx_s) in a
+    # batch too. Under load a turn's last window loops at 10 s four times as often as a
+    # partial's, and is then decoded again at 20 s (LOOP_RETRY_S); 20 s cut those loops by 60 %
+    # but cost every turn's end more than that saved on the AVX2 EPYC (eight streams'
+    # `finalize` p50 / p95 1.49 / 2.96 s against 1.15 / 2.82 s; docs/tuning-log.md,
+    # thirty-ninth session).
+    endpoint_min_ctx_s: float = 10.0
     max_new_tokens: int = 128
     # Speech runs at 2-4 tokens per second; a window decoding far more is looping. Capping the
     # tokens at this rate (plus a few) bounds the cost of a loop before the guards drop it.
@@ -86,6 +93,7 @@ class RecognizerConfig:
         _check(self.ctx_step_s > 0, "recognizer.ctx_step_s must be > 0")
         _check(0 <= self.min_ctx_s <= 30, "recognizer.min_ctx_s must be in [0, 30]")
         _check(0 <= self.alone_min_ctx_s <= 30, "recognizer.alone_min_ctx_s must be in [0, 30]")
+        _check(0 <= self.endpoint_min_ctx_s <= 30, "recognizer.endpoint_min_ctx_s must be in [0, 30]")
         _check(1 <= self.max_new_tokens <= 224, "recognizer.max_new_tokens must be in [1, 224]")
         _check(self.max_tokens_per_s > 0, "recognizer.max_tokens_per_s must be > 0")
         _check(self.pad in ("silence", "zero"), "recognizer.pad must be silence or zero")

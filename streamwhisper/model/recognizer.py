@@ -38,8 +38,9 @@ class RecognitionRequest:
     the recogniser encodes on its own thread (:meth:`with_tokens`).
     ``start``/``end`` place the window on its stream's audio clock (seconds), ``endpoint``
     says that it finalises an utterance and ``urgent`` that it is the endpoint or may serve as
-    it (the hypothesis at a pause): what a scheduler needs, ignored by the recogniser; so is
-    ``bulk``: a window of a whole-file transcription, served after every live request.
+    it (the hypothesis at a pause): what a scheduler needs (the recogniser reads ``endpoint``
+    only for ``RecognizerConfig.endpoint_min_ctx_s``); so is ``bulk``: a window of a
+    whole-file transcription, served after every live request.
     ``crowded`` says that the live request gets a share of the cores (they were saturated when
     it was taken, or it is a turn's request that started beside another batch): the recogniser
     serves it as one of a batch of two at least (with the default settings: at a fitted audio

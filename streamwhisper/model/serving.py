@@ -53,15 +53,17 @@ class WhisperRecognizer:
         """The token ids of ``text``, as a request's ``prompt_text`` and ``prefix_text`` are encoded."""
         return self._tokenizer.encode(text)
 
-    def _frames(self, n: int, batch_size: int, timestamps: bool = False, detect: bool = False) -> int:
-        cfg = self.config
-        if cfg.audio_ctx == "full" or timestamps:
+    def _frames(self, request: RecognitionRequest, batch_size: int, detect: bool = False) -> int:
+        cfg, n = self.config, request.mel.shape[-1]
+        if cfg.audio_ctx == "full" or request.timestamps:
             return N_FRAMES
         alone = cfg.audio_ctx == "auto" and batch_size <= cfg.full_ctx_max_batch
         if alone and detect:  # a multilingual model detects the language at 30 s, as the reference
             return N_FRAMES
         step = round(cfg.ctx_step_s * FRAMES_PER_SECOND)
         least = cfg.alone_min_ctx_s if alone else cfg.min_ctx_s
+        if request.endpoint and not alone:
+            least = max(least, cfg.endpoint_min_ctx_s)
         return min(N_FRAMES, max(-(-n // step) * step, round(least * FRAMES_PER_SECOND)))
 
     @torch.inference_mode()
@@ -81,7 +83,7 @@ class WhisperRecognizer:
         model, cfg = self.model, self.config
         size = max(len(requests), 2) if any(r.crowded for r in requests) else len(requests)  # (the size rules)
         detect = [model.is_multilingual and r.language is None for r in requests]
-        frames = [self._frames(r.mel.shape[-1], size, r.timestamps, d) for r, d in zip(requests, detect, strict=True)]
+        frames = [self._frames(r, size, d) for r, d in zip(requests, detect, strict=True)]
         features = self._encode(requests, frames)
         windows = [window_cross(model, f) for f in features]
         beam = (cfg.beam_size or None) if size <= cfg.beam_max_batch else None

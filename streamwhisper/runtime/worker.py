@@ -18,7 +18,8 @@ take the cores back from a thread whose batch ended.
 
 A batch taken while the threads were busy over 90 % of the last 5 s, or a turn's batch that
 starts beside another one, gets a share of the cores: its live requests go to the recogniser
-marked ``crowded`` (served as in a batch: fitted and greedy, 2-3x cheaper than alone).
+marked ``crowded`` (served as in a batch: fitted and greedy, 2-3x cheaper than alone); an
+awaited one as its turn's ``endpoint`` (at a longer fitted context: ``RecognizerConfig``).
 
 A turn's final waits for no partial. The requests it waits for (an endpoint's, and a pause's
 whose turn ended: :meth:`_Job.hasten`) are *awaited*. A batch that holds one starts at once on
@@ -86,6 +87,11 @@ class _Job:
     def hasten(self) -> None:
         if self.owner is not None:
             self.owner._hasten(self)
+
+    def served(self, crowded: bool) -> RecognitionRequest:
+        """The request as served: ``crowded`` (a file's never is), the turn's ``endpoint`` once awaited."""
+        r = self.request
+        return replace(r, crowded=r.crowded or crowded and not r.bulk, endpoint=r.endpoint or self.awaited)
 
 
 class InferenceWorker:
@@ -257,7 +263,7 @@ class InferenceWorker:
             results: list[Outcome] | None = None
             with self._cond:  # (a live window then costs what it does in a batch: _served_crowded)
                 crowded = self._served_crowded(me, live)
-            requests = [replace(j.request, crowded=True) if crowded and not j.request.bulk else j.request for j in live]
+            requests = [j.served(crowded) for j in live]
             try:
                 with interruptible(functools.partial(self._checkpoint, me, live)):
                     results = self._recognize(requests) if live else None
@@ -304,10 +310,9 @@ class InferenceWorker:
         release_free_memory()
 
     def _batches_running(self, besides: int | None = None) -> int:
-        """How many threads (other than ``besides``) run a batch that somebody waits for and
-        that is not paused (called holding the lock): a batch whose requests were all withdrawn
-        stops at its next checkpoint, so the turn's request that superseded it gets every core
-        (one stream)."""
+        """How many threads (other than ``besides``) run a batch that somebody waits for and that
+        is not paused (holding the lock): a batch whose requests were all withdrawn stops at its
+        next checkpoint, so the turn's request that superseded it gets every core (one stream)."""
         return sum(
             1
             for me, batch in self._running.items()
@@ -346,9 +351,8 @@ class InferenceWorker:
     def _served_crowded(self, me: int, batch: list[_Job]) -> bool:
         """Whether ``me`` serves its live windows as in a batch (``crowded``, holding the lock):
         while the worker is saturated, and for a turn's final that starts beside another batch.
-        Either way the window gets one core of the two, where 30 s of context with beam search
-        cost 0.6-0.7 s on this project's 2-core AVX2 EPYC against 0.2-0.3 s fitted and greedy
-        (20 s, a window alone's, costs about 30 % less than 30 s)."""
+        Either way it gets one core of the two, where a window served alone (20 s or more of
+        context, beam search) costs two or three fitted greedy ones."""
         return self.stats.saturated() or (_awaited(batch) and self._batches_running(besides=me) > 0)
 
     def _must_pause(self, me: int) -> bool:
@@ -374,8 +378,7 @@ class InferenceWorker:
 
 
 def _describe(batch: list[_Job], waits: list[float]) -> str:
-    """Each request of a batch, for the debug log: awaited by a turn's final (E), urgent (!) or
-    neither; its window's seconds; how long it waited."""
+    """Each request of a batch for the debug log: awaited (E), urgent (!) or neither; seconds; wait."""
     return ", ".join(
         f"{'E' if j.awaited else '!' if j.rank[0] == 0 else ''}{j.request.end - j.request.start:.1f}s waited {w:.2f}"
         for j, w in zip(batch, waits, strict=True)
