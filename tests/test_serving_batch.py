@@ -275,7 +275,7 @@ def test_a_turns_last_window_in_a_batch_is_fitted_to_endpoint_min_ctx_s(
 
     assert widths(RecognizerConfig(), crowded, last) == [[1000], [1000]]  # (mel frames)
     assert widths(RecognizerConfig(endpoint_min_ctx_s=20.0), crowded, last) == [[1000], [2000]]
-    assert widths(RecognizerConfig(endpoint_min_ctx_s=20.0), replace(window, endpoint=True)) == [[2000]]
+    assert widths(RecognizerConfig(endpoint_min_ctx_s=30.0), replace(window, endpoint=True)) == [[2000]]  # alone
     assert widths(RecognizerConfig(endpoint_min_ctx_s=4.0), last) == [[1000]]  # (min_ctx_s still)
 
 
