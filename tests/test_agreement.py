@@ -690,28 +690,6 @@ def test_a_pause_final_keeps_its_full_stop_only_when_the_decoder_is_sure_of_it(
     assert p.prompt.endswith(final.words[-1].word)  # the committed text as the client has it
 
 
-@pytest.mark.parametrize("mark_probability", [0.26, 0.95])
-def test_agreement_leaves_a_last_word_with_a_doubted_full_stop_for_what_follows(mark_probability: float) -> None:
-    """Two hypotheses whose windows end at a breath agree on "Strasburg." (each ends with a full
-    stop): a stop the decoder is sure of is committed at once; a doubted one (below
-    pause_stop_min_probability) keeps the word pending until a hypothesis hears what follows,
-    and it is committed as that one says it ("Strasburg,"): no sentence mark at every breath."""
-    p = CommitPolicy(AGREEMENT)
-
-    def said(words: list[tuple[str, float, float]]) -> Any:  # (unsure words: two hypotheses commit)
-        h = hyp(words, probabilities=[0.8] * len(words))
-        last = dataclasses.replace(h.words[-1], mark_probability=mark_probability)
-        return dataclasses.replace(h, words=(*h.words[:-1], last))
-
-    p.observe(said([(" to", 0.1, 0.3), (" Strasburg.", 0.4, 1.0)]), 0.0, 1.5)
-    events = p.observe(said([(" to", 0.1, 0.3), (" Strasburg.", 0.4, 1.0)]), 0.0, 2.0)
-    sure = mark_probability >= 0.9
-    assert [e.text for e in events if isinstance(e, Final)] == ["to Strasburg." if sure else "to"]
-    events = p.observe(hyp([(" Strasburg,", 0.4, 1.0), (" Basil", 1.3, 1.6)], 0.3, probabilities=[0.8, 0.8]), 0.3, 2.5)
-    assert [e.text for e in events if isinstance(e, Final)] == ([] if sure else ["Strasburg,"])
-    assert p.prompt == (" to Strasburg." if sure else " to Strasburg,")
-
-
 def test_a_pause_final_marks_the_endpoint_when_agreement_committed_every_word_first() -> None:
     """The pause's hypothesis agrees with the one before on every word: they become a plain
     final at once, and the pause still ends with an endpoint final (empty), which a Flux client

@@ -16,8 +16,7 @@ hypothesis describes. Invariants the policy keeps:
   common prefix of their uncommitted words), or one says it sure of it with a word after it
   (``sure_hypotheses``), and it ends clear of the window's end; as the latest hypothesis says it
   when the one before heard it too and it ends ``stall_commit_s`` before the window's end; at an
-  endpoint; or by :meth:`CommitPolicy.force_commit`; but not as a hypothesis' last word with a
-  full stop the decoder doubts (``pause_stop_min_probability``: a window ending at a breath);
+  endpoint; or by :meth:`CommitPolicy.force_commit`;
 - a window still holding committed words inside continuous speech is decoded with them as a
   forced prefix (:meth:`CommitPolicy.context`): nothing is duplicated or lost at the commit
   point, no word is cut in two; a window reopened over an utterance closed at a pause hears its
@@ -26,6 +25,9 @@ hypothesis describes. Invariants the policy keeps:
 - when the caller trims its audio at ``committed_end`` (a long utterance), the next window
   starts where the last committed word ends; words of that window ending at or before the
   commit point, or repeating the committed tail right at the boundary, are dropped.
+
+The prompt and prefix are text: the recogniser encodes them (on its own thread) and keeps the
+last ``max_prompt_tokens`` tokens of the prompt.
 """
 
 from __future__ import annotations
@@ -169,8 +171,6 @@ class CommitPolicy:
         last = self._pending[-1].end if cfg.stall_commit_s and self._pending else -math.inf
         stall = min(last, window_end - cfg.stall_commit_s)
         for i, (new, n) in enumerate(zip(placed if can_commit else (), seen, strict=False)):
-            if new is placed[-1] and without_unsure_stop([new], self._marks, cfg.pause_stop_min_probability) != [new]:
-                break  # a window that ends at a breath ends with a full stop: wait for what follows
             # A word near the window's end may be cut there or still change (a commit would trim inside it,
             # leaving a fragment); a sure word heard past (a word follows it) is less at risk: see config.
             margin, needed = cfg.commit_margin_s, 2
