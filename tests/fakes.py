@@ -22,7 +22,7 @@ from streamwhisper.audio.mel import mel_filters
 from streamwhisper.events import Event, Final, Partial
 from streamwhisper.model.fallback import FallbackRule
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord, RecognitionRequest
-from streamwhisper.streaming.agreement import CLAUSE_END_PUNCTUATION
+from streamwhisper.streaming.committed import CLAUSE_END_PUNCTUATION
 from streamwhisper.streaming.config import PolicyConfig
 from streamwhisper.streaming.streamer import Streamer
 

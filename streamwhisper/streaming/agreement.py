@@ -26,6 +26,7 @@ hypothesis describes. Invariants the policy keeps:
   starts where the last committed word ends; words of that window ending at or before the
   commit point, or repeating the committed tail right at the boundary, are dropped.
 
+The committed words themselves, and the prompt made of them, are kept by :class:`.CommittedTail`.
 The prompt and prefix are text: the recogniser encodes them (on its own thread) and keeps the
 last ``max_prompt_tokens`` tokens of the prompt.
 """
@@ -34,26 +35,23 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from collections.abc import Sequence
 
 from streamwhisper.events import Event, Final, Partial, Word
 from streamwhisper.model.recognizer import Hypothesis, HypothesisWord
 
+from .committed import CommittedTail
 from .config import PolicyConfig
 from .screening import drop_prompt_copy, normalize_word, place_words, screen, without_unsure_stop
 
 logger = logging.getLogger(__name__)
 
 CUT_MARGIN_S = 0.04  # two of Whisper's 20 ms timestamp steps
-TAIL_WORDS = 256  # committed words kept: more than a 30 s window can hold
 # A window holds whole mel frames, one short of its audio (2 s of audio is a 1.99 s window):
 # the 2 s window meets min_commit_window_s = 2 (without the slack the first commit waited for
 # the next step: read_en final latency p95 2.3 s instead of 1.8 s at a 0.5 s step).
 WINDOW_SLACK_S = 0.05
 UNHEARD = ("low_word_probability", "prompt_copy")  # screened out: the audio is left for the next window
-# Marks that end a clause or sentence (Latin and CJK): left off the end of a forced prefix.
-CLAUSE_END_PUNCTUATION = ".,;:!?…。，、；：！？"
 
 
 def _text(words: Sequence[Word]) -> str:
@@ -68,19 +66,17 @@ class CommitPolicy:
     """
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
-        self._config = cfg = config or PolicyConfig()
+        self._config = config or PolicyConfig()
         self._committed_end = 0.0
         # The committed tail feeds the prompt, the forced prefix (committed words in the window), the copy
-        # guard and boundary de-duplication; each word is a token or more, so max_prompt_tokens words cover the prompt.
-        tail = max(TAIL_WORDS, cfg.max_prompt_tokens, cfg.copy_lookback_words, cfg.dedupe_max_ngram)
-        self._tail: deque[Word] = deque(maxlen=tail)
+        # guard and boundary de-duplication.
+        self._committed = CommittedTail(self._config)
         self._soft_boundary = False  # the commit point lies inside continuous speech
         self._pending: list[Word] = []  # uncommitted words of the latest hypothesis
         self._seen: list[int] = []  # for each pending word, how many hypotheses in a row said it
         self._finals_in_utterance, self._unended = 0, False  # the utterance's finals; one since its last endpoint
         self._seq, self._shown = 0, ""  # the next event's seq; the text of the partial the client shows
         self._utterance_start: float | None = None  # window start of the utterance's first hypothesis
-        self._prompt, self._closed_prompt = "", ""  # the prompt; the same as a finished sentence
         self._unheard = False  # a reopened window of this utterance heard nothing new
         self._doubted: tuple[float, float] | None = None  # an utterance's words dropped as doubted
         self._unsaid = False  # the last utterance closed without an endpoint hypothesis (see close)
@@ -97,13 +93,13 @@ class CommitPolicy:
     @property
     def last_word_end(self) -> float | None:
         """End of the last committed word (seconds), None before the first."""
-        return self._tail[-1].end if self._tail else None
+        return self._committed.last_end
 
     @property
     def prompt(self) -> str:
         """The last committed text: its last ``max_prompt_tokens`` words, of which the
         recogniser keeps the last ``max_prompt_tokens`` tokens."""
-        return self._prompt
+        return self._committed.prompt
 
     @property
     def pending(self) -> tuple[Word, ...]:
@@ -218,7 +214,7 @@ class CommitPolicy:
         self._unsaid = unsaid and not speech_goes_on
         self._utterance_start, self._unheard, self._restart = None, False, None
         if speech_goes_on:
-            self._soft_boundary = bool(self._tail)
+            self._soft_boundary = bool(self._committed.words)
         else:
             if doubted is None:  # (else the commit point stays before the doubted words)
                 self._committed_end = max(self._committed_end, end)
@@ -267,17 +263,7 @@ class CommitPolicy:
         ``keep_s`` seconds of committed words after it (the forced prefix of the next windows),
         half-way to the next word; 0.0 when none is that old; the commit point itself when
         ``keep_s`` is 0."""
-        if keep_s <= 0:
-            return self._committed_end
-        limit = self._committed_end - keep_s
-        words = list(self._tail)
-        for i in range(len(words) - 1, -1, -1):
-            if words[i].end <= limit:
-                # mid-way to the next word: a cut right at a word's end leaves its last
-                # milliseconds (and the analysis window around them) in the next window
-                after = words[i + 1].start if i + 1 < len(words) else words[i].end
-                return max(words[i].end, (words[i].end + after) / 2)
-        return 0.0
+        return self._committed.trim_point(self._committed_end - keep_s) if keep_s > 0 else self._committed_end
 
     def reopen_point(self, start: float, gap_s: float, keep_s: float) -> float:
         """Where a new utterance starting at ``start`` may open its window: back over the
@@ -298,36 +284,25 @@ class CommitPolicy:
         The prefix is the committed text inside the window (the decoder continues after it);
         the prompt is committed text before the window (its last ``max_prompt_tokens`` words).
         """
-        cfg = self._config
-        inside = [w for w in self._tail if w.end > window_start]
-        if not inside:
+        held = self._committed.context(window_start)
+        if held is None:
             # After a pause the prompt reads as a finished sentence: one that breaks off
             # ("... can do for you") makes the decoder continue it and skip new words that
             # sound like its end ("ask what you can do for your country" -> "for your country").
-            return (self._prompt if self._soft_boundary else self._closed_prompt), ""
+            return (self._committed.prompt if self._soft_boundary else self._committed.closed_prompt), ""
         if self._rehears(window_start):
             # A window reopened over an utterance that closed at a pause hears its words again,
             # without a prompt, and _place drops them by time: as a forced prefix (or after the
             # prompt that breaks off before them), "... for you" or "And so." made the decoder
             # take the new "ask what you" or "my fellow Americans" for its end and skip them.
             return "", ""
-        before = list(self._tail)[: len(self._tail) - len(inside)]
-        prompt = ""
-        if before and cfg.condition_on_committed and cfg.max_prompt_tokens:
-            prompt = "".join(w.word for w in before[-cfg.max_prompt_tokens :])
-        prefix = "".join(w.word for w in inside)
-        if cfg.bare_prefix_end:
-            # The mark after the last committed word was the decoder's guess at what follows,
-            # made when the window ended there ("rose, Mike."): left in the prefix, it steers
-            # the decoder to the same guess ("rose, might" -> ", Mike never die").
-            prefix = prefix.rstrip(CLAUSE_END_PUNCTUATION)
-        return prompt, prefix
+        return held
 
     def _rehears(self, window_start: float) -> bool:
         """Whether a window starting at ``window_start`` is decoded without the committed words
         it holds: reopened over an utterance that closed at a pause (none committed since)."""
         closed = not (self._soft_boundary or self._unheard or self._config.reopened_prefix)
-        return closed and bool(self._tail) and self._tail[-1].end > window_start
+        return closed and bool(self._committed.words) and self._committed.words[-1].end > window_start
 
     def _vouched(self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool) -> bool:
         """Whether these words and the uncommitted words of the latest hypothesis begin alike:
@@ -346,7 +321,7 @@ class CommitPolicy:
         words, reason = screen(hypothesis, self._config, vouched, prefix, alone)
         placed = self._place(words, window_start, window_end, bool(prefix))
         if not prefix and self._restart is not None and math.isclose(window_start, self._restart, abs_tol=1e-6):
-            placed, copied = drop_prompt_copy(placed, self._tail, self._config)
+            placed, copied = drop_prompt_copy(placed, self._committed.words, self._config)
             reason = reason or copied
         return placed, reason
 
@@ -355,7 +330,7 @@ class CommitPolicy:
     ) -> list[Word]:
         """Absolute, monotonic, clamped words that are not yet committed (see :func:`.place_words`)."""
         placed, self._marks = place_words(
-            words, window_start, window_end, prefixed, tail=self._tail, committed_end=self._committed_end,
+            words, window_start, window_end, prefixed, tail=self._committed.words, committed_end=self._committed_end,
             soft_boundary=self._soft_boundary, unsaid=self._unsaid and self._rehears(window_start), config=self._config,
         )
         return placed
@@ -365,9 +340,8 @@ class CommitPolicy:
         if words:
             start, end = words[0].start, words[-1].end
             self._committed_end = max(self._committed_end, end)
-            self._tail.extend(words)
+            self._committed.extend(words)
             self._soft_boundary = True
-            self._update_prompt()
         else:
             start = end = self._committed_end
         self._finals_in_utterance, self._unended = self._finals_in_utterance + 1, not endpoint
@@ -388,12 +362,3 @@ class CommitPolicy:
         partial = Partial(_text(words), start, end, words, self._seq)
         self._seq += 1
         return partial
-
-    def _update_prompt(self) -> None:
-        cfg = self._config
-        if not cfg.condition_on_committed or not cfg.max_prompt_tokens:
-            return
-        text = "".join(w.word for w in list(self._tail)[-cfg.max_prompt_tokens :])
-        self._prompt = self._closed_prompt = text
-        if cfg.close_prompt_at_pause and text.rstrip()[-1:].isalnum():
-            self._closed_prompt = text.rstrip() + "."
