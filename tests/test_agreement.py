@@ -690,6 +690,55 @@ def test_a_pause_final_keeps_its_full_stop_only_when_the_decoder_is_sure_of_it(
     assert p.prompt.endswith(final.words[-1].word)  # the committed text as the client has it
 
 
+@pytest.mark.parametrize("mark_probability", [0.26, 0.95])
+def test_agreement_leaves_a_last_word_with_a_doubted_full_stop_for_what_follows(mark_probability: float) -> None:
+    """Two hypotheses whose windows end at a breath agree on "Strasburg." (each ends with a full
+    stop): a stop the decoder is sure of is committed at once; a doubted one (below
+    pause_stop_min_probability) keeps the word pending until a hypothesis hears what follows,
+    and it is committed as that one says it ("Strasburg,"): no sentence mark at every breath."""
+    p = CommitPolicy(AGREEMENT)
+
+    def said(words: list[tuple[str, float, float]]) -> Any:  # (unsure words: two hypotheses commit)
+        h = hyp(words, probabilities=[0.8] * len(words))
+        last = dataclasses.replace(h.words[-1], mark_probability=mark_probability)
+        return dataclasses.replace(h, words=(*h.words[:-1], last))
+
+    p.observe(said([(" to", 0.1, 0.3), (" Strasburg.", 0.4, 1.0)]), 0.0, 1.5)
+    events = p.observe(said([(" to", 0.1, 0.3), (" Strasburg.", 0.4, 1.0)]), 0.0, 2.0)
+    sure = mark_probability >= 0.9
+    assert [e.text for e in events if isinstance(e, Final)] == ["to Strasburg." if sure else "to"]
+    events = p.observe(hyp([(" Strasburg,", 0.4, 1.0), (" Basil", 1.3, 1.6)], 0.3, probabilities=[0.8, 0.8]), 0.3, 2.5)
+    assert [e.text for e in events if isinstance(e, Final)] == ([] if sure else ["Strasburg,"])
+    assert p.prompt == (" to Strasburg." if sure else " to Strasburg,")
+
+
+@pytest.mark.parametrize("endpoint_said", ["doubted", "nothing_new"])
+def test_an_endpoint_whose_hypothesis_places_no_word_ends_with_the_words_said_before_it(endpoint_said: str) -> None:
+    """A Home Assistant client's transcript of en_ps_librivox_sense_0890 once ended "... is to be":
+    the hypotheses before the endpoint said "ill disposed." (its last word pending: a doubted
+    full stop), and the endpoint's window, decoded in a crowded batch, said "old-sposed" with
+    doubt (or its decoder ends at the committed words): that hypothesis is no vote against the
+    words said before it, which end the utterance. A Wyoming request is answered at its first
+    endpoint, so no reopened window would have heard them again."""
+    p = CommitPolicy(AGREEMENT)
+    words = [(" is", 0.1, 0.3), (" to", 0.3, 0.4), (" be", 0.4, 0.6), (" ill", 0.7, 0.9), (" disposed.", 0.9, 1.5)]
+
+    def said(until: float) -> Any:
+        h = hyp([w for w in words if w[2] <= until])
+        last = dataclasses.replace(h.words[-1], mark_probability=0.4)
+        return dataclasses.replace(h, words=(*h.words[:-1], last))
+
+    finals = [e.text for n in (1.0, 1.5, 1.5) for e in p.observe(said(n), 0.0, n + 0.5) if isinstance(e, Final)]
+    assert " ".join(finals) == "is to be ill" and [w.word for w in p.pending] == [" disposed."]
+    if endpoint_said == "doubted":
+        endpoint = hyp([(" old-sposed.", 0.7, 1.5)], probabilities=[0.2])
+        events = p.observe(endpoint, 0.0, 2.2, endpoint=True)
+    else:  # decoded after the committed words, it ends there
+        events = p.observe(hyp([]), 0.0, 2.2, endpoint=True, prefix=" is to be ill")
+    assert [(e.text, e.endpoint) for e in events if isinstance(e, Final)] == [("disposed.", True)]
+    assert p.committed_end == 2.2
+
+
 def test_a_pause_final_marks_the_endpoint_when_agreement_committed_every_word_first() -> None:
     """The pause's hypothesis agrees with the one before on every word: they become a plain
     final at once, and the pause still ends with an endpoint final (empty), which a Flux client

@@ -16,7 +16,8 @@ hypothesis describes. Invariants the policy keeps:
   common prefix of their uncommitted words), or one says it sure of it with a word after it
   (``sure_hypotheses``), and it ends clear of the window's end; as the latest hypothesis says it
   when the one before heard it too and it ends ``stall_commit_s`` before the window's end; at an
-  endpoint; or by :meth:`CommitPolicy.force_commit`;
+  endpoint; or by :meth:`CommitPolicy.force_commit`; but not as a hypothesis' last word with a
+  full stop the decoder doubts (``pause_stop_min_probability``: a window ending at a breath);
 - a window still holding committed words inside continuous speech is decoded with them as a
   forced prefix (:meth:`CommitPolicy.context`): nothing is duplicated or lost at the commit
   point, no word is cut in two; a window reopened over an utterance closed at a pause hears its
@@ -123,7 +124,8 @@ class CommitPolicy:
 
         Without ``endpoint``, words agreed with the previous hypothesis become a ``Final`` and
         the rest a ``Partial``. With ``endpoint`` the utterance ends: every remaining word of
-        this hypothesis becomes final and the commit point moves to ``window_end``.
+        this hypothesis becomes final (or, when it places none, the pending words of the one
+        before it) and the commit point moves to ``window_end``.
         """
         placed, reason = self._screened(hypothesis, window_start, window_end, prefix, endpoint=endpoint)
         self.heard = bool(placed)
@@ -140,6 +142,11 @@ class CommitPolicy:
             # the rest of the utterance. That hypothesis is no vote against the pending words.
             self._unheard = True
         if endpoint:
+            if not placed and self._pending and (reason in UNHEARD or not reason):
+                # No vote against the words the hypothesis before it said (its decoder doubted the window or
+                # ended at the committed words): they end the utterance, as when its request is lost.
+                logger.debug("the endpoint's hypothesis placed no word: %r end the utterance", _text(self._pending))
+                placed, doubted = list(self._pending), None
             if speech_goes_on:
                 # A word reaching a forced endpoint is cut in two there ("what" heard as "why"):
                 # the next utterance, which starts before the endpoint, hears it whole.
@@ -167,6 +174,8 @@ class CommitPolicy:
         last = self._pending[-1].end if cfg.stall_commit_s and self._pending else -math.inf
         stall = min(last, window_end - cfg.stall_commit_s)
         for i, (new, n) in enumerate(zip(placed if can_commit else (), seen, strict=False)):
+            if new is placed[-1] and without_unsure_stop([new], self._marks, cfg.pause_stop_min_probability) != [new]:
+                break  # a window that ends at a breath ends with a full stop: wait for what follows
             # A word near the window's end may be cut there or still change (a commit would trim inside it,
             # leaving a fragment); a sure word heard past (a word follows it) is less at risk: see config.
             margin, needed = cfg.commit_margin_s, 2
