@@ -293,8 +293,7 @@ class CommitPolicy:
         The prefix is the committed text inside the window (the decoder continues after it);
         the prompt is committed text before the window (its last ``max_prompt_tokens`` words).
         """
-        held = self._committed.context(window_start)
-        if held is None:
+        if not self._committed.holds(window_start):
             # After a pause the prompt reads as a finished sentence: one that breaks off
             # ("... can do for you") makes the decoder continue it and skip new words that
             # sound like its end ("ask what you can do for your country" -> "for your country").
@@ -305,13 +304,13 @@ class CommitPolicy:
             # prompt that breaks off before them), "... for you" or "And so." made the decoder
             # take the new "ask what you" or "my fellow Americans" for its end and skip them.
             return "", ""
-        return held
+        return self._committed.context(window_start)
 
     def _rehears(self, window_start: float) -> bool:
         """Whether a window starting at ``window_start`` is decoded without the committed words
         it holds: reopened over an utterance that closed at a pause (none committed since)."""
         closed = not (self._soft_boundary or self._unheard or self._config.reopened_prefix)
-        return closed and bool(self._committed.words) and self._committed.words[-1].end > window_start
+        return closed and self._committed.holds(window_start)
 
     def _vouched(self, words: Sequence[HypothesisWord], window_start: float, window_end: float, prefixed: bool) -> bool:
         """Whether these words and the uncommitted words of the latest hypothesis begin alike:

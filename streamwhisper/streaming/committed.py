@@ -50,14 +50,17 @@ class CommittedTail:
         if cfg.close_prompt_at_pause and text.rstrip()[-1:].isalnum():
             self.closed_prompt = text.rstrip() + "."
 
-    def context(self, window_start: float) -> tuple[str, str] | None:
-        """(prompt, prefix) for a window starting at ``window_start`` seconds that holds committed
-        words (None when it holds none): the prefix is their text, the prompt the last
-        ``max_prompt_tokens`` committed words before the window."""
+    def holds(self, window_start: float) -> bool:
+        """Whether a window starting at ``window_start`` seconds holds committed words."""
+        last = self.last_end
+        return last is not None and last > window_start
+
+    def context(self, window_start: float) -> tuple[str, str]:
+        """(prompt, prefix) for a window starting at ``window_start`` seconds: the prefix is the
+        text of the committed words it holds, the prompt the last ``max_prompt_tokens``
+        committed words before it."""
         cfg = self._config
         inside = [w for w in self.words if w.end > window_start]
-        if not inside:
-            return None
         before = list(self.words)[: len(self.words) - len(inside)]
         prompt = ""
         if before and cfg.condition_on_committed and cfg.max_prompt_tokens:
