@@ -189,9 +189,8 @@ def test_forced_prefix_ends_without_its_punctuation_mark() -> None:
         assert p.context(0.7)[1] == (" rose" if bare else " rose,")
 
 
-# Any window commits, and every word needs two hypotheses: the reopened windows below count them;
-# a word ending within 0.5 s of its window's end stays pending (their last words).
-TWO_SAY_IT = PolicyConfig(min_commit_window_s=0.0, sure_hypotheses=2, commit_margin_s=0.5)
+# Any window commits, and every word needs two hypotheses: the reopened windows below count them.
+TWO_SAY_IT = PolicyConfig(min_commit_window_s=0.0, sure_hypotheses=2)
 
 
 def test_a_window_reopened_after_a_pause_hears_its_committed_words_again() -> None:
@@ -402,13 +401,11 @@ def test_commit_margin_holds_back_words_near_the_window_end(margin: float, commi
 
 
 def test_default_commit_margin() -> None:
-    assert PolicyConfig().commit_margin_s == 0.3
-    # doubted words: two hypotheses and the full margin; in a window [0, 2.9) a, b and c end
-    # 0.9, 0.45 and 0.1 s before its end
-    doubted = [0.5] * 3
+    assert PolicyConfig().commit_margin_s == 0.5
+    doubted = [0.5] * len(AGREED)  # two hypotheses and the full margin
     p = CommitPolicy()
-    assert texts(p.observe(hyp(AGREED[:3], probabilities=doubted), 0.0, 2.9)) == [("Partial", "a b c")]
-    assert texts(p.observe(hyp(AGREED[:3], probabilities=doubted), 0.0, 2.9)) == [("Final", "a b"), ("Partial", "c")]
+    assert texts(p.observe(hyp(AGREED, probabilities=doubted), 0.0, 3.0)) == [("Partial", "a b c d")]
+    assert texts(p.observe(hyp(AGREED, probabilities=doubted), 0.0, 3.0)) == [("Final", "a b"), ("Partial", "c d")]
     # sure words followed by another: the first hypothesis and sure_margin_s (0.15)
     q = CommitPolicy()
     assert texts(q.observe(hyp(AGREED, probabilities=[0.95] * len(AGREED)), 0.0, 3.0)) == [
