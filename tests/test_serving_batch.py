@@ -28,6 +28,8 @@ from streamwhisper.model.recognizer import Hypothesis, RecognitionRequest
 from streamwhisper.model.serving import WhisperRecognizer
 from streamwhisper.model.whisper import Whisper
 from streamwhisper.runtime.replay import replay
+from streamwhisper.streaming.config import PolicyConfig
+from streamwhisper.streaming.screening import screen
 from streamwhisper.streaming.streamer import Streamer
 from streamwhisper.whisper_input import N_FRAMES
 
@@ -64,8 +66,10 @@ def streamed(default_model: Whisper, clips: dict[str, Clip]) -> list[Recognition
 
 
 # A fixed audio context ("auto" would encode a batch fitted and a window alone at 30 s), fitted
-# with a small minimum so that a batch holds windows of several encoder widths.
-FIT = {"audio_ctx": "fit", "min_ctx_s": 4.0, "beam_size": 0}  # greedy, alone or batched
+# with a small minimum so that a batch holds windows of several encoder widths. Loops decoded
+# again at longer contexts: the batched decoder stops a row as it loops, the reference path runs
+# on to its budget, so their results are comparable once neither loops.
+FIT = {"audio_ctx": "fit", "min_ctx_s": 4.0, "beam_size": 0, "retry_batch_loops": True}  # greedy
 
 
 def _check_variety(recognizer: WhisperRecognizer, batch: list[RecognitionRequest]) -> None:
@@ -279,13 +283,13 @@ def test_a_turns_last_window_in_a_batch_is_fitted_to_endpoint_min_ctx_s(
     assert widths(RecognizerConfig(endpoint_min_ctx_s=4.0), last) == [[1000]]  # (min_ctx_s still)
 
 
-def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_20_s(
-    default_model: Whisper, clips: dict[str, Clip]
-) -> None:
-    """A crowded window that loops at its fitted context (here "Go forward 10 meters.", 2 s
-    fitted to 4 s) stops as the loop starts, not at its token budget, and is decoded again at
-    20 s, which one core encodes in 60 % of 30 s's time, and where this one does not loop."""
-    recognizer = WhisperRecognizer(default_model, RecognizerConfig(min_ctx_s=4.0))
+def _crowded_go_forward(
+    model: Whisper, clips: dict[str, Clip], config: RecognizerConfig
+) -> list[tuple[RecognitionRequest, list[int], DecodingResult, Hypothesis]]:
+    """Each window the stream of "Go forward 10 meters." asks for, served crowded (fitted to
+    ``config.min_ctx_s``): the window, the widths (mel frames) it was encoded at, its first
+    greedy result and its hypothesis."""
+    recognizer = WhisperRecognizer(model, config)
     recording = _Recording(recognizer)
     replay(Streamer(), recording, load_audio(clips["en_ps_goforward"].wav), aware=False)
     calls = _encoded_widths(recognizer)
@@ -297,16 +301,26 @@ def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_2
         firsts[-1].extend(results)
         return results
 
-    looped = []
+    served = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(serving, "decode_greedy_batch", decode_spy)
         for window in recording.requests:
             before = len(calls)
             firsts.append([])
             hypothesis = recognizer.recognize([replace(window, crowded=True)])[0]
-            widths = [w for call in calls[before:] for w in call]  # (mel frames)
-            if len(widths) > 1:
-                looped.append((window, widths, firsts[-1][0], hypothesis))
+            widths = [w for call in calls[before:] for w in call]
+            served.append((window, widths, firsts[-1][0], hypothesis))
+    return served
+
+
+def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_20_s(
+    default_model: Whisper, clips: dict[str, Clip]
+) -> None:
+    """With ``retry_batch_loops``, a crowded window that loops at its fitted context (here "Go
+    forward 10 meters.", 2 s fitted to 4 s) stops as the loop starts, not at its token budget,
+    and is decoded again at 20 s, where this one does not loop."""
+    config = RecognizerConfig(min_ctx_s=4.0, retry_batch_loops=True)
+    looped = [s for s in _crowded_go_forward(default_model, clips, config) if len(s[1]) > 1]
     assert looped, "a window of the clip loops at its fitted context"
     at_20_s = WhisperRecognizer(default_model, RecognizerConfig(audio_ctx="fit", min_ctx_s=20.0, beam_size=0))
     for window, encoded, first, hypothesis in looped:
@@ -314,6 +328,25 @@ def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_2
         assert first.looped and len(first.tokens) < budget, "the loop stopped before the budget"
         assert encoded == [400, 2000] and not hypothesis.looping
         assert hypothesis.text == at_20_s.recognize([window])[0].text
+
+
+def test_a_window_in_a_batch_that_loops_is_encoded_once_and_its_loop_cut(
+    default_model: Whisper, clips: dict[str, Clip]
+) -> None:
+    """By default a crowded window that loops at its fitted context is not encoded again (a
+    turn's final waits for one encoding on its core, not two): it stops as the loop starts, and
+    the streaming policy keeps the loop's first occurrence, "Go forward 10 meters." once."""
+    served = _crowded_go_forward(default_model, clips, RecognizerConfig(min_ctx_s=4.0))
+    assert all(len(encoded) == 1 for _, encoded, _, _ in served)
+    looped = [(window, first, hypothesis) for window, _, first, hypothesis in served if first.looped]
+    assert looped, "a window of the clip loops at its fitted context"
+    tokenizer = WhisperRecognizer(default_model)._tokenizer
+    for window, first, hypothesis in looped:
+        assert list(hypothesis.tokens) == list(first.tokens)
+        prefix = tokenizer.decode(list(window.prefix))  # the committed words, forced
+        words, reason = screen(hypothesis, PolicyConfig(), prefix=prefix)
+        said = normalize(" ".join([prefix, *(w.word for w in words)]))
+        assert reason == "loop" and said == "go forward 10 meters", (prefix, hypothesis.text)
 
 
 def test_a_fallback_sample_depends_on_its_window_alone(
@@ -360,10 +393,10 @@ def test_a_window_that_loops_at_a_fitted_context_is_decoded_again_at_a_longer_on
 ) -> None:
     """Encoded at a fitted 10 s context, as a batch encodes it, the window decodes to "Go
     forward 10 meters." said again and again (at 30 s it does not). The batch stops the row once
-    the loop shows (23 tokens, where the loop would run on to its budget) and decodes the window
-    again at a longer context (``LOOP_RETRY_S``: 20 s, where these decode as at 30 s); one
-    window at a time (the reference path) does the same."""
-    recognizer = WhisperRecognizer(default_model)
+    the loop shows (23 tokens, where the loop would run on to its budget) and, with
+    ``retry_batch_loops``, decodes the window again at a longer context (``LOOP_RETRY_S``: 20 s,
+    where these decode as at 30 s); one window at a time (the reference path) does the same."""
+    recognizer = WhisperRecognizer(default_model, RecognizerConfig(retry_batch_loops=True))
     batch = [_go_forward(clips, 6.4, 0.5), _go_forward(clips, 8.0, 1.0)]
     tokened = [r.with_tokens(recognizer.encode_text) for r in batch]
     fitted = recognizer._encode(tokened, [recognizer._frames(r, len(batch)) for r in batch])

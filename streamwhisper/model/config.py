@@ -67,11 +67,18 @@ class RecognizerConfig:
     alone_min_ctx_s: float = 20.0
     # A window that ends a turn (``endpoint``) is fitted to at least this (and min_ctx_s) in a
     # batch too. Under load a turn's last window loops at 10 s four times as often as a
-    # partial's, and is then decoded again at 20 s (LOOP_RETRY_S); 20 s cut those loops by 60 %
-    # but cost every turn's end more than that saved on the AVX2 EPYC (eight streams'
-    # `finalize` p50 / p95 1.49 / 2.96 s against 1.15 / 2.82 s; docs/tuning-log.md,
-    # thirty-ninth session).
+    # partial's; 20 s cut those loops by 60 % but cost every turn's end more than that saved on
+    # the AVX2 EPYC (eight streams' `finalize` p50 / p95 1.49 / 2.96 s against 1.15 / 2.82 s,
+    # when such loops were decoded again at 20 s; docs/tuning-log.md, thirty-ninth session).
     endpoint_min_ctx_s: float = 10.0
+    # A window served as in a batch (fitted to 10 s, greedy) that loops is not decoded again at
+    # 20 s: its loop is cut after the first occurrence (``PolicyConfig.loop_max_ngram``). The
+    # retry cost a turn's final a second encoding on one core; without it, eight streams'
+    # `finalize` p95 1.00-1.05 s against 1.66-3.17 s (AVX2 EPYC), 0.65-0.66 s against 0.98-1.82 s
+    # (AVX-512 BF16 EPYC), and replays served as in a batch 8 edits more over six runs
+    # (docs/tuning-log.md, forty-third and forty-fourth sessions). True: decoded again
+    # (``serving.LOOP_RETRY_S``), as a window alone always is.
+    retry_batch_loops: bool = False
     max_new_tokens: int = 128
     # Speech runs at 2-4 tokens per second; a window decoding far more is looping. Capping the
     # tokens at this rate (plus a few) bounds the cost of a loop before the guards drop it.

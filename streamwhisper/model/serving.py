@@ -26,9 +26,9 @@ from .whisper import Whisper
 
 logger = logging.getLogger(__name__)
 
-# A window that loops at a fitted context is decoded again at each of these contexts in turn
-# (seconds, those longer than the one it looped at) until it does not: most stop looping at 20 s
-# (read_en windows that looped at 10 s: 10 of 11), which one core encodes in 60 % of 30 s's time.
+# A window alone that loops at a fitted context (20 s) is decoded again at each of these
+# contexts in turn (seconds, those longer than the one it looped at) until it does not; one
+# served as in a batch too when ``RecognizerConfig.retry_batch_loops``.
 LOOP_RETRY_S = (20.0, 30.0)
 
 
@@ -57,7 +57,7 @@ class WhisperRecognizer:
         cfg, n = self.config, request.mel.shape[-1]
         if cfg.audio_ctx == "full" or request.timestamps:
             return N_FRAMES
-        alone = cfg.audio_ctx == "auto" and batch_size <= cfg.full_ctx_max_batch
+        alone = self._alone(batch_size)
         if alone and detect:  # a multilingual model detects the language at 30 s, as the reference
             return N_FRAMES
         step = round(cfg.ctx_step_s * FRAMES_PER_SECOND)
@@ -65,6 +65,10 @@ class WhisperRecognizer:
         if request.endpoint and not alone:
             least = max(least, cfg.endpoint_min_ctx_s)
         return min(N_FRAMES, max(-(-n // step) * step, round(least * FRAMES_PER_SECOND)))
+
+    def _alone(self, batch_size: int) -> bool:
+        """Whether a batch of ``batch_size`` windows is served as a window alone (``audio_ctx``)."""
+        return self.config.audio_ctx == "auto" and batch_size <= self.config.full_ctx_max_batch
 
     @torch.inference_mode()
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
@@ -74,7 +78,7 @@ class WhisperRecognizer:
         (inference) thread. Windows of the same fitted length are encoded together (each window
         at its own audio context, which depends on the batch only through the size rule of
         ``audio_ctx="auto"``); the first, greedy, pass decodes every window at once; a window
-        that loops at a fitted context is decoded again at longer ones (``LOOP_RETRY_S``), and
+        alone that loops at a fitted context is decoded again at longer ones (``LOOP_RETRY_S``), and
         the rare temperature fallbacks run one window at a time.
         """
         if not requests:
@@ -111,7 +115,8 @@ class WhisperRecognizer:
             rule = cfg.fallback
             if request.temperatures is not None:
                 rule = dataclasses.replace(rule, temperatures=request.temperatures)
-            refit = partial(self._refit, request) if short else None
+            retry = short and (cfg.retry_batch_loops or self._alone(size))
+            refit = partial(self._refit, request) if retry else None
             result, cache = self._decode_with_fallback(
                 base, f, window, first, seed=partial(_seed, request), rule=rule, refit=refit
             )
