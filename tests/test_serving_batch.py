@@ -283,12 +283,12 @@ def test_a_turns_last_window_in_a_batch_is_fitted_to_endpoint_min_ctx_s(
     assert widths(RecognizerConfig(endpoint_min_ctx_s=4.0), last) == [[1000]]  # (min_ctx_s still)
 
 
-def _crowded_go_forward(
-    model: Whisper, clips: dict[str, Clip], config: RecognizerConfig
+def _served_go_forward(
+    model: Whisper, clips: dict[str, Clip], config: RecognizerConfig, crowded: bool = True
 ) -> list[tuple[RecognitionRequest, list[int], DecodingResult, Hypothesis]]:
-    """Each window the stream of "Go forward 10 meters." asks for, served crowded (fitted to
-    ``config.min_ctx_s``): the window, the widths (mel frames) it was encoded at, its first
-    greedy result and its hypothesis."""
+    """Each window the stream of "Go forward 10 meters." asks for, served ``crowded`` (fitted to
+    ``config.min_ctx_s``) or alone (to ``alone_min_ctx_s``): the window, the widths (mel frames)
+    it was encoded at, its first greedy result and its hypothesis."""
     recognizer = WhisperRecognizer(model, config)
     recording = _Recording(recognizer)
     replay(Streamer(), recording, load_audio(clips["en_ps_goforward"].wav), aware=False)
@@ -307,7 +307,7 @@ def _crowded_go_forward(
         for window in recording.requests:
             before = len(calls)
             firsts.append([])
-            hypothesis = recognizer.recognize([replace(window, crowded=True)])[0]
+            hypothesis = recognizer.recognize([replace(window, crowded=crowded)])[0]
             widths = [w for call in calls[before:] for w in call]
             served.append((window, widths, firsts[-1][0], hypothesis))
     return served
@@ -320,7 +320,7 @@ def test_a_window_that_loops_at_a_fitted_context_stops_and_is_decoded_again_at_2
     forward 10 meters.", 2 s fitted to 4 s) stops as the loop starts, not at its token budget,
     and is decoded again at 20 s, where this one does not loop."""
     config = RecognizerConfig(min_ctx_s=4.0, retry_batch_loops=True)
-    looped = [s for s in _crowded_go_forward(default_model, clips, config) if len(s[1]) > 1]
+    looped = [s for s in _served_go_forward(default_model, clips, config) if len(s[1]) > 1]
     assert looped, "a window of the clip loops at its fitted context"
     at_20_s = WhisperRecognizer(default_model, RecognizerConfig(audio_ctx="fit", min_ctx_s=20.0, beam_size=0))
     for window, encoded, first, hypothesis in looped:
@@ -336,7 +336,7 @@ def test_a_window_in_a_batch_that_loops_is_encoded_once_and_its_loop_cut(
     """By default a crowded window that loops at its fitted context is not encoded again (a
     turn's final waits for one encoding on its core, not two): it stops as the loop starts, and
     the streaming policy keeps the loop's first occurrence, "Go forward 10 meters." once."""
-    served = _crowded_go_forward(default_model, clips, RecognizerConfig(min_ctx_s=4.0))
+    served = _served_go_forward(default_model, clips, RecognizerConfig(min_ctx_s=4.0))
     assert all(len(encoded) == 1 for _, encoded, _, _ in served)
     looped = [(window, first, hypothesis) for window, _, first, hypothesis in served if first.looped]
     assert looped, "a window of the clip loops at its fitted context"
@@ -347,6 +347,18 @@ def test_a_window_in_a_batch_that_loops_is_encoded_once_and_its_loop_cut(
         words, reason = screen(hypothesis, PolicyConfig(), prefix=prefix)
         said = normalize(" ".join([prefix, *(w.word for w in words)]))
         assert reason == "loop" and said == "go forward 10 meters", (prefix, hypothesis.text)
+
+
+def test_a_window_alone_that_loops_at_a_fitted_context_is_decoded_again(
+    default_model: Whisper, clips: dict[str, Clip]
+) -> None:
+    """A window served alone keeps the retry by default: fitted to 4 s here (20 s by default),
+    "Go forward 10 meters." loops, stops as the loop starts and is decoded again at 20 s."""
+    config = RecognizerConfig(alone_min_ctx_s=4.0, beam_size=0)
+    served = _served_go_forward(default_model, clips, config, crowded=False)
+    looped = [(encoded, first, hypothesis) for _, encoded, first, hypothesis in served if first.looped]
+    assert looped, "a window of the clip loops at its fitted context"
+    assert all(encoded == [400, 2000] and not hypothesis.looping for encoded, _, hypothesis in looped)
 
 
 def test_a_fallback_sample_depends_on_its_window_alone(
