@@ -74,10 +74,10 @@ class RecognizerConfig:
     # A window served as in a batch (fitted to 10 s, greedy) that loops is not decoded again at
     # 20 s: its loop is cut after the first occurrence (``PolicyConfig.loop_max_ngram``). The
     # retry cost a turn's final a second encoding on one core; without it, eight streams'
-    # `finalize` p95 1.00-1.05 s against 1.66-3.17 s (AVX2 EPYC), 0.65-0.66 s against 0.98-1.82 s
-    # (AVX-512 BF16 EPYC), and replays served as in a batch 8 edits more over six runs
-    # (docs/tuning-log.md, forty-third and forty-fourth sessions). True: decoded again
-    # (``serving.LOOP_RETRY_S``), as a window alone always is.
+    # `finalize` p95 1.00-1.05 s against 1.66-3.17 s (AVX2 EPYC), 0.62-1.31 s (median of seven
+    # 0.66) against 0.98-1.82 s (AVX-512 BF16 EPYC), and replays served as in a batch 8 edits
+    # more over six runs (docs/tuning-log.md, forty-third and forty-fourth sessions). True:
+    # decoded again (``serving.LOOP_RETRY_S``), as a window alone always is.
     retry_batch_loops: bool = False
     max_new_tokens: int = 128
     # Speech runs at 2-4 tokens per second; a window decoding far more is looping. Capping the
