@@ -78,8 +78,8 @@ class WhisperRecognizer:
         (inference) thread. Windows of the same fitted length are encoded together (each window
         at its own audio context, which depends on the batch only through the size rule of
         ``audio_ctx="auto"``); the first, greedy, pass decodes every window at once; a window
-        alone that loops at a fitted context is decoded again at longer ones (``LOOP_RETRY_S``), and
-        the rare temperature fallbacks run one window at a time.
+        alone that loops at a fitted context is decoded again at longer ones (``LOOP_RETRY_S``),
+        and the rare temperature fallbacks run one window at a time.
         """
         if not requests:
             return []
@@ -109,14 +109,14 @@ class WhisperRecognizer:
             for i, decoded in zip(plain, batched, strict=True):
                 firsts[i] = decoded
         hypotheses = []
+        retry_loops = cfg.retry_batch_loops or self._alone(size)  # (a window that loops: _refit)
         for request, f, window, base, first, short in zip(
             requests, features, windows, bases, firsts, fitted, strict=True
         ):
             rule = cfg.fallback
             if request.temperatures is not None:
                 rule = dataclasses.replace(rule, temperatures=request.temperatures)
-            retry = short and (cfg.retry_batch_loops or self._alone(size))
-            refit = partial(self._refit, request) if retry else None
+            refit = partial(self._refit, request) if short and retry_loops else None
             result, cache = self._decode_with_fallback(
                 base, f, window, first, seed=partial(_seed, request), rule=rule, refit=refit
             )
