@@ -385,6 +385,32 @@ def test_two_worker_threads_run_two_batches_at_once() -> None:
     run(recognizer, main)
 
 
+@pytest.mark.parametrize(
+    ("threads", "waiting", "sizes"),
+    [(2, 7, [4, 2, 1]), (2, 2, [2]), (2, 1, [1]), (1, 7, [7])],
+)
+def test_each_thread_takes_its_share_of_the_waiting_requests(threads: int, waiting: int, sizes: list[int]) -> None:
+    """With two threads a batch takes half the waiting requests (at least two), oldest first:
+    a CPU runs a window batched about as fast as alone, so one thread's batch of seven would
+    keep every request in it waiting for seven windows while the other thread had none."""
+    recognizer = TimedRecognizer()
+
+    async def main() -> None:
+        worker = InferenceWorker(recognizer, max_batch=16, threads=threads)
+        client = Client(worker)
+        keys = [f"r{i}" for i in range(waiting)]
+        for key in keys:
+            client.submit(key)
+        worker.start()
+        for key in keys:
+            assert isinstance(await client.outcome(key), Hypothesis)
+        await worker.stop()
+        expected = [keys[sum(sizes[:i]) : sum(sizes[: i + 1])] for i in range(len(sizes))]  # oldest first
+        assert sorted(recognizer.batches, key=min) == expected  # (two threads call in either order)
+
+    run(recognizer, main)
+
+
 def test_a_turn_s_request_beside_a_withdrawn_batch_gets_every_core() -> None:
     """One stream, two threads: the partial under way is withdrawn by the turn's request that
     supersedes it, and stops at its next checkpoint; the turn's batch, on the free thread, counts

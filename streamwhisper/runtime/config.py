@@ -36,7 +36,8 @@ class ServerConfig:
     # Finals a session keeps for replay until its client acknowledges them; when more wait, the
     # oldest is dropped, and a resume that needed it is refused (resume_failed).
     max_replay: int = 256
-    # Requests run together by the inference worker (encoder batch and decoder steps).
+    # Most requests run together by the inference worker (encoder batch and decoder steps); with
+    # several worker threads, a batch takes its thread's share of the waiting requests.
     max_batch: int = 16
     # Batches the inference worker runs at once, from its one queue; 0: two on a CPU with two
     # cores or more, else one (see inference_threads).

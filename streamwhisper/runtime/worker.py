@@ -2,12 +2,12 @@
 
 The scheduler of every :class:`~streamwhisper.runtime.pump.Pump` in the process. Pumps submit
 :class:`RecognitionRequest` objects from the event loop with a ``done`` callback. A worker
-thread takes the waiting requests, oldest first and at most ``max_batch`` (the urgent ones,
-endpoints and pauses, in a batch of their own while there are any), runs them through the
-recogniser as one batch (one encoder call, decoder steps batched across the requests) and calls
-each ``done`` on the submitting loop with ``call_soon_threadsafe``. A pump has at most one
-request outstanding, so no stream waits for more than one batch ahead of it and the
-queue never holds more than one request per stream (``max_pending`` bounds it anyway).
+thread takes its share of the waiting requests, oldest first (the urgent ones, endpoints and
+pauses, in a batch of their own while there are any), runs them through the recogniser as one
+batch (one encoder call, decoder steps batched across the requests) and calls each ``done`` on
+the submitting loop with ``call_soon_threadsafe``. A pump has at most one request outstanding,
+so no stream waits for more than one batch ahead of it and the queue never holds more than one
+request per stream (``max_pending`` bounds it anyway).
 
 With ``threads`` > 1 (``server.workers``) that many batches run at once, each on its own thread,
 taken from the one queue: under load the cores stay busy while one batch runs Python between
@@ -229,7 +229,8 @@ class InferenceWorker:
         run (there is always a spare thread for it: another batch pauses). Else, on a thread
         that is not a spare, the next batch (the urgent requests while there are any, then the
         oldest; a bulk window alone), unless ``threads`` batches are under way, awaited and
-        paused ones included."""
+        paused ones included: 1/``threads`` of the waiting requests (2 to ``max_batch``), as a
+        CPU runs a window batched about as fast as alone (docs/tuning-log.md, 45th session)."""
         if not self._queue:
             return 0
         self._queue.sort()
@@ -240,8 +241,8 @@ class InferenceWorker:
             return min(urgent, self._max_batch) if awaited < self._slots else 0
         if me >= self._slots or len(held) >= self._slots:  # (a spare's memory is for turns' finals)
             return 0
-        live = sum(1 for job in self._queue if not job.request.bulk)
-        return min(urgent or live, self._max_batch) if live else 1
+        n = urgent or sum(1 for job in self._queue if not job.request.bulk)  # (0: a bulk window alone)
+        return min(n, max(2, -(-n // self._slots)), self._max_batch) if n else 1
 
     def _run(self, me: int) -> None:
         try:
