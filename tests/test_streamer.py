@@ -849,6 +849,49 @@ def test_a_pause_hypothesis_that_stopped_before_the_speech_did_leaves_the_endpoi
     assert [r.endpoint for r in recognizer.requests if r.urgent and r.end < 4.0] == [False, True]
 
 
+class StopsEarlyAfterContext(ToneRecognizer):
+    """Hears the tones, doubting each word (probability 0.6), except that the decoding of a
+    window that ends in quiet and holds a second of audio before its last two words stops before
+    them, as Whisper's may when conditioned on the words before them (hard's cold clip: "...
+    probably good." then "Alright, thanks." unsaid); a window of those two words alone hears
+    them. Unstable, as :class:`StopsEarlyAtPauses`."""
+
+    def __init__(self) -> None:
+        super().__init__(unstable=True)
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+        out = []
+        for r, h in zip(requests, super().recognize(requests), strict=True):
+            words = tuple(replace(w, probability=0.6) for w in h.words)
+            if len(words) >= 2 and words[-1].end < r.end - r.start - 0.1 and words[-2].start > 1.0:
+                words = words[:-2]
+            out.append(replace(h, words=words))
+        return out
+
+
+@pytest.mark.parametrize("tail_unheard_s", [0.5, 0.0])
+def test_a_pause_hypothesis_that_stopped_a_breath_early_leaves_the_rest_to_a_window_of_its_own(
+    tail_unheard_s: float,
+) -> None:
+    """The pause's words end 0.8 s before the speech (within pause_unheard_s, so the utterance
+    would close on them) and every window over the whole utterance stops there: one more request
+    hears only the audio after them, prompted with them, and its words end the utterance. Without
+    it (tail_unheard_s=0) "w4 w5" are lost."""
+    words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(6)]  # 0.5 .. 2.8 s
+    audio, spoken = tone_words(5.0, words)
+    recognizer = StopsEarlyAfterContext()
+    config = StreamingConfig(tail_unheard_s=tail_unheard_s)
+    events = feed_all(Streamer(config, vad=EnergyVad()), recognizer, audio, [480])
+    finals = [label_of(w.word) for e in events if isinstance(e, Final) for w in e.words]
+    if not tail_unheard_s:
+        assert finals == [0, 1, 2, 3]
+        return
+    check_stream(events, spoken)
+    tail = recognizer.requests[-1]
+    assert tail.endpoint and not tail.prefix and tail.prompt  # after the words before it, as its prompt
+    assert 2.0 - 0.15 < tail.start < 2.0
+
+
 class DroppedAtPauses(ToneRecognizer):
     """Hears the tones, except that the hypothesis of a pause (urgent, not the endpoint) is one
     the policy drops (log-probability below its floor)."""

@@ -59,6 +59,11 @@ def _text(words: Sequence[Word]) -> str:
     return "".join(w.word for w in words).strip()
 
 
+def _said(hypothesis: Hypothesis) -> str:
+    """The hypothesis's words with their probabilities, for the debug log."""
+    return " ".join(f"{w.word.strip()}:{w.probability:.2f}" for w in hypothesis.words)
+
+
 class CommitPolicy:
     """Turns a stream of hypotheses into partials and append-only finals.
 
@@ -131,8 +136,7 @@ class CommitPolicy:
         self.heard = bool(placed)
         logger.debug(
             "hypothesis at %.2f-%.2f s%s%s: %r%s", window_start, window_end, " (prefixed)" if prefix else "",
-            " (endpoint)" if endpoint else "",
-            " ".join(f"{w.word.strip()}:{w.probability:.2f}" for w in hypothesis.words),
+            " (endpoint)" if endpoint else "", _said(hypothesis),
             f" (screened: {reason})" if reason else "",
         )
         doubted = (window_start, window_end) if endpoint and reason in UNHEARD else None
@@ -229,6 +233,26 @@ class CommitPolicy:
                 self._committed_end = max(self._committed_end, end)
             self._soft_boundary = False  # the next window starts after a pause: nothing to dedupe
         return events
+
+    def tail_prompt(self) -> str:
+        """The prompt of a window after the pending words (:meth:`close_with_tail`): every word before it."""
+        words = "".join(w.word for w in self._pending)  # (each with its leading space)
+        return (self._committed.prompt + words).strip() if self._config.condition_on_committed else ""
+
+    def close_with_tail(
+        self, hypothesis: Hypothesis, start: float, end: float, *, speech_goes_on: bool = False
+    ) -> list[Event]:
+        """End the utterance at ``end`` with the words of ``hypothesis``, a window ``[start, end)``
+        of only the audio after the pending words, appended to them (see ``tail_unheard_s``)."""
+        placed, reason = self._screened(hypothesis, start, end, "", endpoint=True)
+        said_to = self._pending[-1].end if self._pending else self._committed_end
+        new = [w for w in placed if w.end > said_to + CUT_MARGIN_S]
+        if new and self._pending and normalize_word(new[0].word) == normalize_word(self._pending[-1].word):
+            new = new[1:]  # the window's start heard the last pending word again
+        screened = f" (screened: {reason})" if reason else ""
+        logger.debug("tail at %.2f-%.2f s: %r%s", start, end, _said(hypothesis), screened)
+        self._pending, self.heard = self._pending + new, bool(new)
+        return self.close(end, speech_goes_on=speech_goes_on, unsaid=not new)
 
     def commit_pending(self, *, eager: bool = True) -> list[Event] | None:
         """Commit the pending words of the latest hypothesis now as an endpoint ``Final`` (a client's

@@ -189,6 +189,12 @@ class StreamingConfig:
     # speech unsaid), and the endpoint has its own request. In the conversation_tune replay, the
     # pause hypotheses that closed an utterance ended at most 0.80 s before its speech.
     pause_unheard_s: float = 1.0
+    # ... and when it ends more than tail_unheard_s before the speech (but within pause_unheard_s),
+    # one more request hears only the audio after its last word, prompted with every word before
+    # (no forced prefix), and its words end the utterance: conditioned on the committed words,
+    # the decoder may end its text a breath before the speech does ("I think it's probably
+    # good." then "Alright, thanks." unsaid), and the words alone are heard. 0 disables.
+    tail_unheard_s: float = 0.5
     # A client's endpointing shorter than the VAD's endpoint (Deepgram's endpointing=25): when
     # the pause's hypothesis comes back and the speaker is still quiet, its words become final
     # at once (an endpoint final) and the utterance goes on, its window and context intact.
@@ -238,6 +244,7 @@ class StreamingConfig:
         _check(0.0 < self.first_step_s <= 10.0, "first_step_s must be in (0, 10]")
         _check(0 <= self.pause_hold_ms <= 10_000, "pause_hold_ms must be in [0, 10000]")
         _check(self.pause_unheard_s >= 0, "pause_unheard_s must be >= 0")
+        _check(self.tail_unheard_s >= 0, "tail_unheard_s must be >= 0")
         _check(1.0 <= self.max_window_s <= 30.0, "max_window_s must be in [1, 30]")
         _check(0.0 <= self.trim_after_s <= self.max_window_s, "trim_after_s must be in [0, max_window_s]")
         _check(0.0 <= self.trim_keep_s <= 10.0, "trim_keep_s must be in [0, 10]")

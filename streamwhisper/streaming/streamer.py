@@ -66,6 +66,7 @@ class Streamer:
         self._heard_to = 0  # the end of its last window whose hypothesis had a word
         self._carry_due = False  # the utterance's window may reopen the words before it
         self._speech_end: int | None = None  # its last voiced sample, once the VAD ended it
+        self._tail_from: int | None = None  # its endpoint request hears only the audio from here
         self._pause_final_at = -1  # where the pause that had its final began
         self._begun = 0  # utterances begun so far
 
@@ -215,11 +216,12 @@ class Streamer:
         if self._audio.catch_up():  # audio the ring dropped before it was heard (overload)
             self._policy.skip_to(self._audio.start / SAMPLE_RATE)
         self._overflowing = False
-        window = self._audio.mel(self._endpoint_at, finish=self._flushed)
+        tail = endpoint and self._tail_from is not None
+        window = self._audio.mel(self._endpoint_at, finish=self._flushed, begin=self._tail_from or 0)
         if window is None:  # no complete frame yet: wait for audio
             return None
         mel, start, end = window
-        prompt, prefix = self._policy.context(start / SAMPLE_RATE)
+        prompt, prefix = (self._policy.tail_prompt(), "") if tail else self._policy.context(start / SAMPLE_RATE)
         request = RecognitionRequest(
             mel=mel,
             prompt_text=prompt,
@@ -234,7 +236,7 @@ class Streamer:
             urgent=endpoint or pause,
         )
         held = endpoint and carried(self._config, start, self._utterance_start, end)
-        self._inflight = _Inflight(request, start, end, endpoint, endpoint and self._speech_goes_on, held)
+        self._inflight = _Inflight(request, start, end, endpoint, endpoint and self._speech_goes_on, held, tail)
         self._cadence.last_request_end = end
         if endpoint and not held:
             self._end_utterance()
@@ -265,6 +267,9 @@ class Streamer:
         self._inflight = None
         start, end = inflight.start / SAMPLE_RATE, inflight.end / SAMPLE_RATE
         prefix = inflight.request.prefix_text  # the committed words in the window, decoded after
+        if inflight.tail:
+            events = self._policy.close_with_tail(hypothesis, start, end, speech_goes_on=inflight.speech_goes_on)
+            return events + self._settle()
         if inflight.held and self._policy.ends_at_committed(hypothesis, start, end, prefix=prefix):
             logger.debug("endpoint window at %.2f-%.2f s ended at the committed words: decoded again", start, end)
             self._audio.advance(self._utterance_start)  # still due: its request is next, uncarried
@@ -337,7 +342,7 @@ class Streamer:
         self._endpoint_at = self._next_start = self._next_end = None
         self._utterance_start = start
         self._cadence.begin(start)
-        self._heard_to, self._speech_end, self._carry_due = 0, None, True
+        self._heard_to, self._speech_end, self._carry_due, self._tail_from = 0, None, True, None
         self._audio.open(start)
 
     def _end_utterance(self) -> None:
@@ -357,19 +362,18 @@ class Streamer:
 
     def _settle(self) -> list[Event]:
         """Close an ended utterance without the model: when it has no audio left to recognise,
-        or when the hypothesis of its pause heard it to its end (the VAD's endpoint followed)."""
+        or when the hypothesis of its pause heard it to its end (the VAD's endpoint followed);
+        if those words stop a breath before the speech, its endpoint request hears only the rest."""
         if self._inflight is not None or not self._active or self._endpoint_at is None:
             return []
         # heard to the end by a pause's hypothesis, or nothing voiced (begun at a finalize in a pause)
         end, cadence = self._speech_end, self._cadence
         by_pause = bool(cadence.hold) and end is not None and cadence.reaches(self._heard_to, end)
         if by_pause and end is not None:  # ... and its words went on to about the speech's end
-            pending = self._policy.pending
-            said_to = pending[-1].end if pending else self._policy.last_word_end
-            by_pause = said_to is not None and end / SAMPLE_RATE - said_to <= self._config.pause_unheard_s
-            if not by_pause:
-                logger.debug("the pause's words end at %s s, its speech at %.2f s: decoded to the endpoint",
-                             said_to, end / SAMPLE_RATE)
+            by_pause, tail = windows.heard_by_pause(self._config, self._policy, end)
+            if tail is not None:
+                self._tail_from = max(align_down(round(tail * SAMPLE_RATE)), self._audio.start)
+                return []  # its endpoint request hears only the rest (pending_request)
         heard = end is not None and end <= self._utterance_start or by_pause
         if not heard and self._endpoint_at // HOP_LENGTH > max(self._audio.start, self._utterance_start) // HOP_LENGTH:
             return []
@@ -389,3 +393,4 @@ class _Inflight:
     # A carried endpoint window: its utterance stays open until the hypothesis is back; if the
     # decoder ended its text at the carried words, the endpoint is decoded again from the utterance.
     held: bool = False
+    tail: bool = False  # it hears only the audio after the pending words (see tail_unheard_s)

@@ -10,6 +10,9 @@ window start as the commit policy commits words.
 
 from __future__ import annotations
 
+import logging
+import math
+
 import numpy as np
 
 from streamwhisper.audio.mel import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, IncrementalLogMel
@@ -19,6 +22,11 @@ from streamwhisper.events import Event
 
 from .agreement import CommitPolicy
 from .config import StreamingConfig
+
+logger = logging.getLogger(__name__)
+# A window of the rest after a pause's words (tail_unheard_s) starts this long before their end:
+# a word's aligned end may come early, and that word heard again is dropped.
+TAIL_BACK_S = 0.1
 
 
 def trim_after_commit(audio: AudioWindow, policy: CommitPolicy, cfg: StreamingConfig, window_end: float) -> list[Event]:
@@ -49,6 +57,21 @@ def _trim_to_commit(audio: AudioWindow, policy: CommitPolicy, cfg: StreamingConf
     commit = align_down(round(policy.trim_point(0.0 if force else cfg.trim_keep_s) * SAMPLE_RATE))
     if force or audio.end - audio.start > cfg.trim_after_s * SAMPLE_RATE:
         audio.advance(commit)
+
+
+def heard_by_pause(cfg: StreamingConfig, policy: CommitPolicy, speech_end: int) -> tuple[bool, float | None]:
+    """Whether the words of a pause's hypothesis, which heard the speech to its end at
+    ``speech_end``, went on to about that end (``pause_unheard_s``); and, when they stop more
+    than ``tail_unheard_s`` before it, where the window of only the rest starts (seconds), else None."""
+    pending = policy.pending
+    said_to = pending[-1].end if pending else policy.last_word_end
+    gap = speech_end / SAMPLE_RATE - said_to if said_to is not None else math.inf
+    if gap > cfg.pause_unheard_s:
+        logger.debug(
+            "the pause's words end at %s s, its speech at %.2f s: to the endpoint", said_to, speech_end / SAMPLE_RATE
+        )
+        return False, None
+    return True, said_to - TAIL_BACK_S if said_to is not None and gap > cfg.tail_unheard_s > 0 else None
 
 
 def carry_start(audio: AudioWindow, policy: CommitPolicy, cfg: StreamingConfig, start: int) -> int:
@@ -153,12 +176,14 @@ class AudioWindow:
         self.start = self.oldest
         return True
 
-    def mel(self, end: int | None = None, *, finish: bool = False) -> tuple[np.ndarray, int, int] | None:
-        """The normalised log-mel of the window up to now (or ``end``), at most 30 s: (mel, first
-        sample, end sample), hop-aligned; None while it holds no complete frame. ``finish``: the
-        stream ended, so the last partial frame is padded and computed."""
+    def mel(
+        self, end: int | None = None, *, finish: bool = False, begin: int = 0
+    ) -> tuple[np.ndarray, int, int] | None:
+        """The normalised log-mel of the window (from ``begin`` if later) up to now (or ``end``),
+        at most 30 s: (mel, first sample, end sample), hop-aligned; None while it holds no
+        complete frame. ``finish``: the stream ended, so the last partial frame is padded and computed."""
         self._sync(finish)
-        first = max(self.start // HOP_LENGTH, self._mel.start_frame)
+        first = max(self.start // HOP_LENGTH, self._mel.start_frame, begin // HOP_LENGTH)
         last = self._mel.end_frame if end is None else min(self._mel.end_frame, end // HOP_LENGTH)
         first = max(first, last - N_FRAMES)
         if last <= first:
