@@ -892,6 +892,47 @@ def test_a_pause_hypothesis_that_stopped_a_breath_early_leaves_the_rest_to_a_win
     assert 2.0 - 0.15 < tail.start < 2.0
 
 
+class StopsAWordEarlyAtPauses(ToneRecognizer):
+    """Hears the tones, except that the decoding of a window that ends in quiet (not the
+    endpoint's) stops before its last word, and an endpoint window hears nothing it keeps (its
+    words all screened out, as "Word.:0.36 Word.:0.40" on noise in conversation_test_2)."""
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
+        out = []
+        for r, h in zip(requests, super().recognize(requests), strict=True):
+            quiet = bool(h.words) and h.words[-1].end < r.end - r.start - 0.1
+            words = () if r.endpoint else h.words[:-1] if quiet else h.words
+            out.append(replace(h, words=words))
+        return out
+
+
+def test_a_window_of_the_rest_that_reaches_back_before_its_utterance_ends_it_once() -> None:
+    """The first utterance closes at its pause on "w0 w1 w2"; w3 follows in its hangover, which
+    the VAD calls quiet. The next utterance opens its window back over them, and its pause's
+    hypothesis says w3 and stops before w4: the window of the rest starts just before w3's
+    end, before the utterance's own audio. It is asked once and ends the utterance, though it
+    hears nothing; asked as a carried endpoint window, the utterance stayed open and the same
+    window was asked again and again (live, for 28 s of conversation_test_2, the ring overflowing)."""
+    words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(3)]  # 0.5 .. 1.6 s
+    audio, _ = tone_words(5.0, [*words, (3, 1.85, 2.1), (4, 2.5, 2.9)])
+    recognizer = StopsAWordEarlyAtPauses()
+    streamer = Streamer(vad=SpanVad([(0.45, 1.65), (2.45, 2.95)]))
+    events: list[Event] = []
+    for pos in range(0, audio.shape[0], 480):
+        events += streamer.feed(audio[pos : pos + 480])
+        if (request := streamer.pending_request()) is not None:
+            events += streamer.complete(recognizer.recognize([request])[0])
+    events += streamer.flush()
+    for _ in range(20):  # (a bound: the bug asked without end)
+        if (request := streamer.pending_request()) is None:
+            break
+        events += streamer.complete(recognizer.recognize([request])[0])
+    tails = [(r.start, r.end) for r in recognizer.requests if r.endpoint and not r.prefix]
+    assert len(tails) == 1 and 1.9 < tails[0][0] < 2.1, tails
+    assert streamer.finished
+    assert [label_of(w.word) for e in events if isinstance(e, Final) for w in e.words] == [0, 1, 2, 3]
+
+
 class DroppedAtPauses(ToneRecognizer):
     """Hears the tones, except that the hypothesis of a pause (urgent, not the endpoint) is one
     the policy drops (log-probability below its floor)."""

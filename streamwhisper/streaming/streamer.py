@@ -235,7 +235,8 @@ class Streamer:
             endpoint=endpoint,
             urgent=endpoint or pause,
         )
-        held = endpoint and carried(self._config, start, self._utterance_start, end)
+        # (a window of the rest has no prefix to end at: it ends its utterance as it is asked, even reaching back)
+        held = endpoint and not tail and carried(self._config, start, self._utterance_start, end)
         self._inflight = _Inflight(request, start, end, endpoint, endpoint and self._speech_goes_on, held, tail)
         self._cadence.last_request_end = end
         if endpoint and not held:
