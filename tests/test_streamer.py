@@ -821,17 +821,24 @@ def test_finalize_in_a_pause_uses_the_pause_hypothesis_at_once() -> None:
 
 class StopsEarlyAtPauses(ToneRecognizer):
     """Hears the tones, except that the decoding of a window that ends in quiet (not the
-    endpoint's) stops before its last three words, as Whisper's may at a window's end; unstable:
-    hypotheses never agree, so the words stay pending until the pause."""
+    endpoint's) stops before its last ``dropped`` words, as Whisper's may at a window's end;
+    ``unstable``: hypotheses never agree, so the words stay pending until the pause.
+    ``deaf_endpoint``: an endpoint window hears nothing it keeps (its words all screened out, as
+    "Word.:0.36 Word.:0.40" on noise in conversation_test_2)."""
 
-    def __init__(self) -> None:
-        super().__init__(unstable=True)
+    def __init__(self, dropped: int = 3, unstable: bool = True, deaf_endpoint: bool = False) -> None:
+        super().__init__(unstable=unstable)
+        self.dropped, self.deaf_endpoint = dropped, deaf_endpoint
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
         out = []
         for r, h in zip(requests, super().recognize(requests), strict=True):
             quiet = bool(h.words) and h.words[-1].end < r.end - r.start - 0.1
-            out.append(replace(h, words=h.words[:-3]) if quiet and not r.endpoint else h)
+            if r.endpoint:
+                words = () if self.deaf_endpoint else h.words
+            else:
+                words = h.words[: -self.dropped] if quiet else h.words
+            out.append(replace(h, words=words))
         return out
 
 
@@ -892,20 +899,6 @@ def test_a_pause_hypothesis_that_stopped_a_breath_early_leaves_the_rest_to_a_win
     assert 2.0 - 0.15 < tail.start < 2.0
 
 
-class StopsAWordEarlyAtPauses(ToneRecognizer):
-    """Hears the tones, except that the decoding of a window that ends in quiet (not the
-    endpoint's) stops before its last word, and an endpoint window hears nothing it keeps (its
-    words all screened out, as "Word.:0.36 Word.:0.40" on noise in conversation_test_2)."""
-
-    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Hypothesis]:
-        out = []
-        for r, h in zip(requests, super().recognize(requests), strict=True):
-            quiet = bool(h.words) and h.words[-1].end < r.end - r.start - 0.1
-            words = () if r.endpoint else h.words[:-1] if quiet else h.words
-            out.append(replace(h, words=words))
-        return out
-
-
 def test_a_window_of_the_rest_that_reaches_back_before_its_utterance_ends_it_once() -> None:
     """The first utterance closes at its pause on "w0 w1 w2"; w3 follows in its hangover, which
     the VAD calls quiet. The next utterance opens its window back over them, and its pause's
@@ -915,7 +908,7 @@ def test_a_window_of_the_rest_that_reaches_back_before_its_utterance_ends_it_onc
     window was asked again and again (live, for 28 s of conversation_test_2, the ring overflowing)."""
     words = [(i, 0.5 + 0.4 * i, 0.8 + 0.4 * i) for i in range(3)]  # 0.5 .. 1.6 s
     audio, _ = tone_words(5.0, [*words, (3, 1.85, 2.1), (4, 2.5, 2.9)])
-    recognizer = StopsAWordEarlyAtPauses()
+    recognizer = StopsEarlyAtPauses(dropped=1, unstable=False, deaf_endpoint=True)
     streamer = Streamer(vad=SpanVad([(0.45, 1.65), (2.45, 2.95)]))
     events: list[Event] = []
     for pos in range(0, audio.shape[0], 480):
