@@ -381,6 +381,28 @@ def test_a_fallback_sample_depends_on_its_window_alone(
     assert [h.tokens for h in again] == [h.tokens for h in fresh]
 
 
+def test_a_fallback_sample_that_loops_stops_as_the_loop_starts(
+    default_model: Whisper, clips: dict[str, Clip]
+) -> None:
+    """The fallback's last sample is kept whatever it says, so it stops once it loops, as a
+    batched greedy row does: at a fitted 10 s context the window samples "Go forward 10 meters."
+    again and again at 0.4; it stops after three (23 tokens, not its 55-token budget: a turn's
+    final waited 1.5-1.8 s for such samples at eight streams), and the screening keeps the words
+    before the loop and its first occurrence, as from the whole sample."""
+    # every result goes to the fallback (its log-prob is below 0), sampled at 0.4
+    rule = FallbackRule(temperatures=(0.0, 0.4), logprob_threshold=0.0)
+    recognizer = WhisperRecognizer(default_model, RecognizerConfig(fallback=rule))
+    window = replace(_go_forward(clips, 6.4, 0.5), crowded=True)
+    budget = recognizer._decode_options(window, None).sample_len
+    hypothesis = recognizer.recognize([window])[0]
+    assert hypothesis.temperature == 0.4, "the fallback ran"
+    assert budget is not None and len(hypothesis.tokens) < budget, "the sample stopped as it looped"
+    assert loops(list(hypothesis.tokens))
+    words, reason = screen(hypothesis, PolicyConfig())
+    said = normalize(" ".join(w.word for w in words))
+    assert reason == "loop" and said == "ask what you can do for your country go forward 10 meters", hypothesis.text
+
+
 def test_loops_are_blocks_said_three_times_over_twelve_tokens() -> None:
     go = [1, 2, 3, 4, 5, 6]  # " Go forward 10 meters."
     assert loops([7, 8, *go * 3])

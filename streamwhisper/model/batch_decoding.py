@@ -31,6 +31,7 @@ from .decoding import (
     compression_ratio,
     detect_language,
     initial_tokens,
+    loops,
 )
 from .interrupt import checkpoint
 from .kv_cache import KVCache
@@ -240,15 +241,3 @@ def decode_greedy_batch(
             )
         )
     return results
-
-
-def loops(tokens: Sequence[int], min_span: int = 12, max_period: int = 24) -> bool:
-    """Whether ``tokens`` end in one block of 1 to ``max_period`` tokens said at least three
-    times in a row, over at least ``min_span`` tokens: "Go forward 10 meters. Go forward 10
-    meters. Go forward 10 meters." (a word said twice, or "no, no, no", is not a loop)."""
-    n = len(tokens)
-    for period in range(1, min(max_period, n // 3) + 1):
-        span = max(3, -(-min_span // period)) * period
-        if span <= n and all(tokens[k] == tokens[k - period] for k in range(n - span + period, n)):
-            return True
-    return False

@@ -49,6 +49,9 @@ class DecodeOptions:
     # Keep the alignment heads' cross-attention scores of the chosen tokens (and of the sot
     # sequence and prefix before them): word timings then need no decoder pass of their own.
     alignment_scores: bool = False
+    # Stop a lone sample (no beams, no best_of, one window) once its tokens loop (:func:`loops`),
+    # marked ``looped``; Whisper runs on to the budget.
+    stop_loops: bool = False
 
     def validate(self) -> DecodeOptions:
         if self.task not in ("transcribe", "translate"):
@@ -85,7 +88,7 @@ class DecodingResult:
     # <|startoftranscript|> to the last text token (none for <|endoftext|>); None when a token
     # was never fed back (decoding stopped at sample_len).
     alignment_scores: Tensor | None = None
-    # decoding stopped early because the last tokens repeat a block (batch_decoding.loops): the
+    # decoding stopped early because the last tokens repeat a block (:func:`loops`): the
     # text is a loop cut short, so its compression ratio understates it
     looped: bool = False
 
@@ -94,6 +97,18 @@ def compression_ratio(text: str) -> float:
     """How much zlib shrinks the text: repetitive loops compress far better than speech."""
     raw = text.encode("utf-8")
     return len(raw) / len(zlib.compress(raw)) if raw else 0.0
+
+
+def loops(tokens: Sequence[int], min_span: int = 12, max_period: int = 24) -> bool:
+    """Whether ``tokens`` end in one block of 1 to ``max_period`` tokens said at least three
+    times in a row, over at least ``min_span`` tokens: "Go forward 10 meters. Go forward 10
+    meters. Go forward 10 meters." (a word said twice, or "no, no, no", is not a loop)."""
+    n = len(tokens)
+    for period in range(1, min(max_period, n // 3) + 1):
+        span = max(3, -(-min_span // period)) * period
+        if span <= n and all(tokens[k] == tokens[k - period] for k in range(n - span + period, n)):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- the decoding loop
@@ -223,6 +238,7 @@ def _decode_group(
     step_scores: list[list[Tensor]] = []  # per step, per layer with alignment heads: (row, heads, 1, S)
     no_speech_probs = [float("nan")] * n_audio
     decoder.reset()
+    watch, looped = options.stop_loops and tokens.shape[0] == 1 and n_group == 1, False
     for i in range(sample_len):
         checkpoint()
         if i == 0:
@@ -248,6 +264,9 @@ def _decode_group(
         tokens, completed = decoder.update(tokens, logits, sum_logprobs, cache)
         if completed or tokens.shape[-1] > n_ctx or cache.length + 1 >= cache.max_len:
             break
+        if watch and loops(tokens[0, sample_begin:].tolist()):
+            looped = True
+            break
 
     candidates, scores = decoder.finalize(tokens, sum_logprobs)
     results = []
@@ -272,6 +291,7 @@ def _decode_group(
                 compression_ratio=compression_ratio(text),
                 token_logprobs=token_logprobs,
                 alignment_scores=alignment,
+                looped=looped,
             )
         )
     return results

@@ -196,6 +196,8 @@ class WhisperRecognizer:
         a longer one than ``frames`` (:meth:`_refit`). Whisper loops at the end of an audio
         context cut short far more than at the 30 s it was trained on: a first result that
         loops is decoded again from those, until it does not or the context is 30 s.
+        The last temperature's sample is kept whatever it says, so it stops once it loops
+        (``DecodeOptions.stop_loops``): the words before its loop are all the screening keeps.
         """
         rule = rule or self.config.fallback
         cache = window_cache(self.model, window)
@@ -207,6 +209,8 @@ class WhisperRecognizer:
                 self._generator.manual_seed(seed())
                 seeded = True
             options = with_temperature(base, temperature)
+            if temperature > 0 and temperature == rule.temperatures[-1]:  # (the last attempt is kept)
+                options = dataclasses.replace(options, stop_loops=True)
             return decode(self.model, self._tokenizer, features, options, cache, self._generator)[0]
 
         result = first if first is not None else decode_at(rule.temperatures[0])
